@@ -68,11 +68,8 @@ sweep-filter: $(STAMP) ## GRPO with the online filter on vs off (Hydra multirun 
 	$(PY) -m embodied_rft.sweeps multirun/sweep-filter --stage grpo
 
 SEEDS ?= 0 1 2
-seeds: $(STAMP) params ## queue the whole pipeline for SEEDS as DVC experiments, run them, show each seed's metrics side by side (long)
-	@for s in $(SEEDS); do $(DVC) exp run --queue -S seed=$$s; done
-	$(DVC) queue start -j 1
-	$(DVC) queue wait 2>/dev/null || true
-	$(DVC) exp show --only-changed --md
+seeds: $(STAMP) params ## the whole pipeline once per seed in SEEDS under runs/seed-N/ (+ GRPO without SFT), then success mean ± s.d. per model (reports/seeds.md; ~20 min per seed)
+	$(PY) -m embodied_rft.seeds --seeds $(SEEDS) --ablation-no-sft
 
 ablation-no-sft: $(STAMP) params ## the paper's ablation: GRPO from the base model (no SFT), as a DVC experiment
 	$(DVC) exp run -S grpo.init=base

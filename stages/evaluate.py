@@ -29,7 +29,7 @@ def main(cfg) -> None:
         prompt_cfg=build(PromptConfig, ctx.section("prompt"), "prompt"),
         reward_cfg=build(RewardConfig, ctx.section("reward"), "reward"),
         # lineage: the data, teacher cache, checkpoints and params hashes every number here came from
-        extra={"lineage": lineage("dvc.lock", ctx.cfg)},
+        extra={"lineage": lineage("dvc.lock", ctx.cfg, used=[getattr(p, f"{m}_model") for m in ecfg.models])},
     )
 
 

@@ -158,7 +158,7 @@ def stage_context(cfg: Any, stage: str, multirun_dir: str | None = None) -> Stag
     return StageContext(stage=stage, paths=paths, seed=seed, cfg=plain, multirun_dir=mr)
 
 
-def lineage(lock_path: str | Path = "dvc.lock", params: dict | None = None) -> dict[str, Any]:
+def lineage(lock_path: str | Path = "dvc.lock", params: dict | None = None, used: list[str] | None = None) -> dict[str, Any]:
     """Where a result came from: the content hashes DVC recorded (``dvc.lock``) for every upstream stage's
     outputs (episodes, decomposed data, distilled data, teacher cache, checkpoints) and params, the hash of
     the params this run used, and the git commit. Read while ``dvc repro`` runs, dvc.lock already holds the
@@ -171,7 +171,16 @@ def lineage(lock_path: str | Path = "dvc.lock", params: dict | None = None) -> d
 
     out: dict[str, Any] = {"dvc_lock": None, "stages": {}}
     lock = Path(lock_path)
+    lock_outs: set[str] = set()
     if lock.exists():
+        for st in ((yaml.safe_load(lock.read_text("utf-8")) or {}).get("stages") or {}).values():
+            lock_outs.update(str(o.get("path")) for o in st.get("outs") or [])
+    foreign = sorted(str(u) for u in used or () if str(u) not in lock_outs)
+    if lock.exists() and foreign:
+        # ``used``: the artifacts this run read; one that dvc.lock does not list (a by-hand run with other
+        # paths, e.g. ``make seeds``) means the lock describes other files, so it is not quoted.
+        out["not_from_dvc_lock"] = foreign
+    elif lock.exists():
         out["dvc_lock"] = str(lock)
         data = yaml.safe_load(lock.read_text("utf-8")) or {}
         for name, st in (data.get("stages") or {}).items():

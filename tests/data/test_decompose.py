@@ -88,6 +88,32 @@ def test_run_decompose_writes_splits_and_metrics(tmp_path, episodes):
     assert not list((tmp_path / "out").glob("*.tmp")) and not list((tmp_path / "out").glob(".*"))
 
 
+def test_steps_per_episode_keeps_step_zero_and_a_fixed_draw(tmp_path, episodes):
+    ep_dir = tmp_path / "episodes"
+    write_jsonl_atomic(ep_dir / "train.jsonl", episodes["train"])
+    write_jsonl_atomic(ep_dir / "valid_unseen.jsonl", episodes["valid_unseen"])
+    full = sum(len(e["expert_plan"]) for e in episodes["train"])
+    runs = []
+    for out in ("a", "b"):
+        run_decompose(DecomposeConfig(steps_per_episode=3), TINY, ep_dir, tmp_path / out, tmp_path / f"{out}.json")
+        runs.append(read_jsonl(tmp_path / out / "train.jsonl"))
+    train = runs[0]
+    assert runs[0] == runs[1]  # the draw is fixed by the seed
+    per_ep = {}
+    for s in train:
+        per_ep.setdefault(s["episode_id"], []).append(s["step"])
+    assert set(per_ep) == {e["episode_id"] for e in episodes["train"]}
+    for e in episodes["train"]:
+        steps = per_ep[e["episode_id"]]
+        assert steps[0] == 0 and steps == sorted(steps) and len(set(steps)) == len(steps)
+        assert len(steps) == min(3, len(e["expert_plan"]))
+    assert len(train) < full
+    # val keeps every step (held-out metrics stay comparable)
+    assert len(read_jsonl(tmp_path / "a" / "val.jsonl")) == sum(len(e["expert_plan"]) for e in episodes["valid_unseen"])
+    with pytest.raises(Exception, match="decompose.steps_per_episode"):
+        build(DecomposeConfig, {"steps_per_episode": -1}, "decompose")
+
+
 def test_bad_episode_line_is_named(tmp_path, episodes):
     ep_dir = tmp_path / "episodes"
     bad = dict(episodes["train"][0])

@@ -80,6 +80,31 @@ def test_tokenizer_is_byte_level_and_task_specific(tiny_dir: Path) -> None:
     assert n < 0.4 * len(answer.encode()), (n, len(answer))
 
 
+def test_phrase_tokenizer_keeps_names_and_numbers_apart_and_survives_a_reload(tmp_path: Path) -> None:
+    cfg = ModelConfig(name="tiny", kind="tiny", vocab_size=800, pre_split="phrases")
+    words_dir = build_base_model(TINY, corpus(), tmp_path / "words")
+    phrases_dir = build_base_model(cfg, corpus(), tmp_path / "phrases")
+    _, words = load_model(words_dir)
+    _, tok = load_model(phrases_dir)
+    # loaded with the pre-tokenizer it was trained with (transformers' AutoTokenizer would swap in Qwen2's)
+    assert type(tok).__name__ == "TokenizersBackend"
+    assert "Split" in repr(tok.backend_tokenizer.pre_tokenizer)
+    answer = synthetic_records(1, seed=99)[0]["messages"][2]["content"]
+    assert tok.decode(tok(answer).input_ids) == answer
+    assert len(tok(answer).input_ids) < 0.8 * len(words(answer).input_ids)
+    text = '1. 54 find a Book: ok, "pick up the Book_2"'
+    pieces = [p.replace("\u0120", " ") for p, _ in tok.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text)]
+    # names and numbers are pieces of their own (BPE never merges across a piece), so the prompt's "Book" and
+    # the answer's "Book" share tokens; the rest splits only after ", " ". " "; " ": " and line breaks
+    assert pieces == ["1", ". ", "54", " find a ", "Book", ": ", "ok, ", '"pick up the ', "Book_2", '"'], pieces
+    assert "".join(pieces) == text
+    assert tok.convert_ids_to_tokens(tok("Book").input_ids) == tok.convert_ids_to_tokens(tok(" find a Book").input_ids)[-len(tok("Book").input_ids):]
+    with pytest.raises(ValueError, match="pre_split"):
+        from embodied_rft.models.tokenizer import train_tokenizer
+
+        train_tokenizer(["x"], vocab_size=300, pre_split="chars")
+
+
 def test_chat_template_renders_chatml_and_masks_only_the_answer(tiny_dir: Path) -> None:
     _, tok = load_model(tiny_dir)
     msgs = [

@@ -44,6 +44,10 @@ class DecomposeConfig:
     max_val_samples: int = 0
     # cap on train samples (0 = all)
     max_train_samples: int = 0
+    # train samples kept per episode: 0 = every step (the paper); k = step 0 (the whole plan from the bare
+    # instruction, the only step whose history does not already name the objects) plus k-1 other steps drawn
+    # with a fixed seed per episode. For a small sample budget this spreads it over more episodes.
+    steps_per_episode: int = 0
     # write a rendered PNG per sample (vision models); images/ next to the JSONL
     images: bool = False
     # seed for the subsampling above
@@ -52,6 +56,7 @@ class DecomposeConfig:
     def __post_init__(self) -> None:
         check(self.max_val_samples >= 0, "decompose.max_val_samples", "must be >= 0 (0 = all)")
         check(self.max_train_samples >= 0, "decompose.max_train_samples", "must be >= 0 (0 = all)")
+        check(self.steps_per_episode >= 0, "decompose.steps_per_episode", "must be >= 0 (0 = every step)")
         check(bool(self.train_split), "decompose.train_split", "must name an episode split, e.g. train")
 
 
@@ -141,6 +146,24 @@ def _subsample(samples: list[dict], n: int, seed: int) -> list[dict]:
     return [samples[i] for i in idx]
 
 
+def _steps_per_episode(samples: list[dict], k: int, seed: int) -> list[dict]:
+    """Step 0 and k-1 other steps of each episode (fixed seed per episode id), in the original order."""
+    if not k:
+        return samples
+    import random
+
+    by_episode: dict[str, list[int]] = {}
+    for i, s in enumerate(samples):
+        by_episode.setdefault(s["episode_id"], []).append(i)
+    keep: set[int] = set()
+    for eid, idx in by_episode.items():
+        first = [i for i in idx if samples[i]["step"] == 0]
+        rest = [i for i in idx if samples[i]["step"] != 0]
+        rng = random.Random(f"{seed}:{eid}")
+        keep.update(first[:1] + rng.sample(rest, min(len(rest), k - len(first[:1]))))
+    return [s for i, s in enumerate(samples) if i in keep]
+
+
 def _lengths(values: list[int]) -> dict[str, float]:
     if not values:
         return {"mean": 0.0, "p50": 0.0, "p95": 0.0, "max": 0.0}
@@ -184,7 +207,10 @@ def run_decompose(
         if not eps:
             raise DataError(f"{path}: no episodes in split '{split}'; check data settings or decompose.{name}_split")
         wheres = [w for w, _ in lines]
-        samples = _subsample(decompose_episodes(eps, prompt_cfg, image_dir, f"decompose {name}", wheres), cap, cfg.seed)
+        samples = decompose_episodes(eps, prompt_cfg, image_dir, f"decompose {name}", wheres)
+        if name == "train":
+            samples = _steps_per_episode(samples, cfg.steps_per_episode, cfg.seed)
+        samples = _subsample(samples, cap, cfg.seed)
         with atomic_open(out_dir / f"{name}.jsonl") as fh:
             for s in samples:
                 fh.write(json.dumps(s, ensure_ascii=False, separators=(",", ":")) + "\n")

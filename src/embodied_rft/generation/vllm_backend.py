@@ -47,7 +47,9 @@ class VLLMGenerator(Generator):
                 "generation.backend=vllm needs the vllm package (GPU: pip install -r requirements-gpu.txt); "
                 f"it could not be imported: {exc}"
             ) from exc
-        from transformers import AutoProcessor, AutoTokenizer
+        from transformers import AutoProcessor
+
+        from ..models.factory import load_tokenizer
 
         self._vllm = vllm
         self.model_dir = str(model_dir)
@@ -60,7 +62,10 @@ class VLLMGenerator(Generator):
                 self.processor = proc
         except (OSError, ValueError, TypeError, KeyError):
             self.processor = None
-        self.tokenizer = self.processor.tokenizer if self.processor is not None else AutoTokenizer.from_pretrained(self.model_dir)
+        # Text prompts are tokenised here and handed to vLLM as token ids: vLLM's own AutoTokenizer would load a
+        # tiny model's tokenizer as Qwen2Tokenizer with a different pre-tokenizer (models/factory.load_tokenizer).
+        # Decoding only maps ids to bytes, which both agree on.
+        self.tokenizer = self.processor.tokenizer if self.processor is not None else load_tokenizer(self.model_dir)
         self.supports_images = self.processor is not None
         kwargs: dict[str, Any] = {
             "model": self.model_dir,
@@ -89,7 +94,7 @@ class VLLMGenerator(Generator):
         if images:
             raise ValueError("this checkpoint has a tokenizer, not an image processor: it cannot take images")
         text = self.tokenizer.apply_chat_template(text_only(messages), add_generation_prompt=True, tokenize=False)
-        return {"prompt": text}
+        return {"prompt_token_ids": self.tokenizer(text, add_special_tokens=False)["input_ids"]}
 
     def complete(
         self,

@@ -129,6 +129,10 @@ class ModelConfig:
     vocab_size: int = 1536
     # Tiny kinds: a merge must be seen at least this often in the corpus to enter the vocabulary.
     min_frequency: int = 2
+    # Tiny kinds: where BPE merges stop. words = GPT-2's split (merges stay inside a word); phrases = pieces
+    # end only at line breaks, after ", " ". " "; " ": " and before numbers, so a whole action name or JSON key
+    # becomes one token (3.7x shorter samples on this task's text; models/tokenizer.py).
+    pre_split: Literal["words", "phrases"] = "words"
     # Tiny kinds: architecture of the language model.
     text: TextArch = field(default_factory=TextArch)
     # tiny_vl: architecture of the vision tower.

@@ -109,7 +109,7 @@ def build_base_model(model_cfg: ModelConfig, corpus: Iterable[str], out_dir: str
             copy_checkpoint(src, tmp)
             vision = is_vision_checkpoint(tmp)
             if vision or cfg.chat_template == "chatml":
-                tok = load_processor(tmp, trust_remote_code=cfg.trust_remote_code) if vision else _auto_tokenizer(tmp, cfg)
+                tok = load_processor(tmp, trust_remote_code=cfg.trust_remote_code) if vision else load_tokenizer(tmp, cfg)
                 _apply_template(tok, cfg, vision)
                 if vision:
                     _set_image_pixels(tok, cfg)
@@ -124,9 +124,27 @@ def build_base_model(model_cfg: ModelConfig, corpus: Iterable[str], out_dir: str
     return out_dir
 
 
-def _auto_tokenizer(path: Path, cfg: ModelConfig | None = None) -> Any:
+def load_tokenizer(path: Path, cfg: ModelConfig | None = None) -> Any:
+    """The checkpoint's tokenizer, with the pipeline its ``tokenizer.json`` declares.
+
+    transformers 5 maps ``model_type: qwen2`` to ``Qwen2Tokenizer`` even when ``tokenizer_config.json`` names
+    ``TokenizersBackend``, and that class rebuilds Qwen2's own pre-tokenizer, silently replacing the one the
+    tiny models' BPE was trained with (their merges then never apply across a phrase). A checkpoint saved as
+    ``TokenizersBackend`` (every tiny model) is therefore loaded as exactly that.
+    """
     from transformers import AutoTokenizer
 
+    declared = None
+    config_file = Path(path) / "tokenizer_config.json"
+    if config_file.is_file():
+        try:
+            declared = json.loads(config_file.read_text(encoding="utf-8")).get("tokenizer_class")
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{config_file}: not a readable tokenizer config: {exc}") from exc
+    if declared == "TokenizersBackend":
+        from transformers import TokenizersBackend
+
+        return TokenizersBackend.from_pretrained(path)
     return AutoTokenizer.from_pretrained(path, trust_remote_code=bool(cfg and cfg.trust_remote_code))
 
 
@@ -189,6 +207,6 @@ def _load_folder(path: Path, dtype: str, attn: str, trust_remote_code: bool) -> 
         tok = load_processor(path, trust_remote_code=trust_remote_code)
     else:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-        tok = _auto_tokenizer(path)
+        tok = load_tokenizer(path)
     log.info("loaded %s (%s, %.1fM parameters)", path, type(model).__name__, model.num_parameters() / 1e6)
     return model, tok

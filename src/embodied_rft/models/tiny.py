@@ -72,6 +72,7 @@ def build_tiny(cfg: ModelConfig, corpus: Iterable[str]) -> tuple[Any, Any]:
         corpus,
         vocab_size=cfg.vocab_size,
         min_frequency=cfg.min_frequency,
+        pre_split=cfg.pre_split,
         vision=vision,
         max_length=cfg.text.max_position_embeddings,
     )

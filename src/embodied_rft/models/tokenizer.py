@@ -34,18 +34,56 @@ def _counted(corpus: Iterable[str], counter: list[int]) -> Iterator[str]:
             yield text
 
 
+# pre_split="phrases": CamelCase names (object and receptacle names, with an optional _N instance suffix) and
+# numbers (action ids, step counts) are pieces of their own, so the prompt and the answer share those tokens
+# and the model can copy them; the rest splits only after a line break or ", " ". " "; " ": " (the separator
+# stays with the text before it), so merges may span words there: a JSON key with its quotes, "pick up the ".
+NAME_OR_NUMBER = r"[A-Z][a-z]+(?:[A-Z][a-z]*)*(?:_\d+)?|\d+"
+PHRASE_BOUNDARY = r"\n|[,.;:] "
+
+
+def _pre_tokenizer(pre_split: str):
+    from tokenizers import Regex, pre_tokenizers
+
+    if pre_split == "words":
+        # The GPT-2 split keeps words, numbers and punctuation apart, so merges never glue a JSON brace onto a
+        # word and a chat turn's first content character starts a token of its own.
+        return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre_split == "phrases":
+        return pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(NAME_OR_NUMBER), "isolated"),
+                pre_tokenizers.Split(Regex(PHRASE_BOUNDARY), "merged_with_previous"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    raise ValueError(f"model.pre_split: expected 'words' or 'phrases', got {pre_split!r}")
+
+
 def train_tokenizer(
-    corpus: Iterable[str], *, vocab_size: int, min_frequency: int = 2, vision: bool = False, max_length: int = 2048
+    corpus: Iterable[str],
+    *,
+    vocab_size: int,
+    min_frequency: int = 2,
+    vision: bool = False,
+    max_length: int = 2048,
+    pre_split: str = "words",
 ):
-    """A byte-level BPE tokenizer trained on ``corpus`` (see the module docstring)."""
+    """A byte-level BPE tokenizer trained on ``corpus`` (see the module docstring).
+
+    ``pre_split`` decides where merges may not cross: ``words`` (GPT-2's split) or ``phrases`` (names and
+    numbers apart, otherwise only at phrase boundaries; see ``NAME_OR_NUMBER``). On the tiny default's distilled
+    corpus, ``phrases`` with a 2,048 vocabulary made samples 2.2x shorter than ``words`` (149 vs 323 tokens per
+    prompt + response), and CPU training time scales with length. Merging across names as well (86 tokens) made
+    a tiny model stop grounding its plan in the prompt: a name in the answer no longer shared a token with the
+    same name in the observation.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     specials = list(TEXT_SPECIAL_TOKENS) + (list(VISION_SPECIAL_TOKENS) if vision else [])
     tok = Tokenizer(models.BPE())
-    # use_regex: the GPT-2 split keeps words, numbers and punctuation apart, so merges never glue a JSON
-    # brace onto a word and a chat turn's first content character starts a token of its own.
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.pre_tokenizer = _pre_tokenizer(pre_split)
     tok.decoder = decoders.ByteLevel()
     # trim_offsets=False keeps character offsets exact; the assistant mask is built from them.
     tok.post_processor = processors.ByteLevel(trim_offsets=False)

@@ -134,6 +134,7 @@ def _training_args(cfg: SFTConfig, work_dir: Path, run_name: str) -> Any:
         project=cfg.wandb_project,
         include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=cfg.dataloader_workers,
+        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
         use_cpu=cfg.device == "cpu",
         disable_tqdm=False,
     )

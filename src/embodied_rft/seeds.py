@@ -1,0 +1,216 @@
+"""Seed spread: the whole pipeline once per seed, then each headline as mean ± spread.
+
+``python -m embodied_rft.seeds --seeds 0 1 2 [--ablation-no-sft] [-- OVERRIDE ...]`` runs every stage of
+``dvc.yaml`` in order (``python -m stages.<name>``, the same entry points DVC calls) for each seed, with the
+Hydra overrides ``seed=<s>`` and every ``paths.*`` output re-rooted under ``runs/seed-<s>/`` — so runs never
+overwrite each other or the workspace's DVC outputs, and a finished seed is skipped on a rerun (each stage
+resumes or is a no-op when its metrics exist). ``--ablation-no-sft`` adds the paper's ablation per seed:
+GRPO started from the base model (``grpo.init=base``), evaluated interactively beside the others.
+
+It then reads each run's ``metrics/eval.json`` (and ``metrics/grpo.json``) and writes ``metrics/seeds.json``
+and ``reports/seeds.md``: per model, success on every evaluated split and subset as mean ± sample standard
+deviation with min–max and the per-seed values, and whether each step of base < SFT < SFT+GRPO holds beyond
+the spread (the gap between means larger than the sum of the two standard deviations). ``make seeds`` calls it.
+
+Why not DVC experiments here: ``dvc exp run --queue -S seed=…`` works too (README), but each queued
+experiment runs in its own temporary copy with nothing to compare side by side until all are done; this
+driver keeps each seed's artifacts inspectable under ``runs/`` and the summary in one file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .data.jsonl import write_json_atomic
+
+log = logging.getLogger(__name__)
+
+STAGES = ("prepare", "decompose", "distill", "base", "sft", "grpo", "evaluate")
+# (label, model key in eval.json)
+MODELS = (("base", "base"), ("SFT", "sft"), ("SFT+GRPO", "grpo"))
+ABLATION = ("GRPO without SFT", "grpo_no_sft")
+
+
+def path_overrides(conf_paths: dict[str, str], root: Path) -> list[str]:
+    """``paths.<key>=<root>/<value>`` for every configured path."""
+    return [f"paths.{k}={(root / v).as_posix()}" for k, v in sorted(conf_paths.items())]
+
+
+def _conf_paths(conf_file: Path = Path("conf/config.yaml")) -> dict[str, str]:
+    paths = (yaml.safe_load(conf_file.read_text("utf-8")) or {}).get("paths") or {}
+    if not isinstance(paths, dict) or not paths or not all(isinstance(v, str) for v in paths.values()):
+        raise ValueError(f"{conf_file}: paths: expected a mapping of names to relative paths, got {paths!r}")
+    return paths
+
+
+def _run(cmd: list[str], log_file: Path) -> None:
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    log.info("run: %s (log: %s)", " ".join(cmd), log_file)
+    with log_file.open("a", encoding="utf-8") as f:
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=os.environ.copy(), check=False)
+    if proc.returncode != 0:
+        tail = log_file.read_text("utf-8", errors="replace")[-2000:]
+        raise RuntimeError(f"{' '.join(cmd[:3])} failed with exit code {proc.returncode}; last output of {log_file}:\n{tail}")
+
+
+def run_seed(seed: int, root: Path, overrides: list[str], ablation: bool) -> None:
+    """Every stage for one seed under ``root`` (skipping stages whose metrics already exist)."""
+    paths = _conf_paths()
+    common = [f"seed={seed}", *path_overrides(paths, root), *overrides]
+    metrics = root / paths["metrics_dir"]
+    for stage in STAGES:
+        if stage == "evaluate" or not (metrics / f"{stage}.json").exists():
+            if stage == "evaluate" and (metrics / "eval.json").exists():
+                continue
+            _run([sys.executable, "-m", f"stages.{stage}", *common], root / "logs" / f"{stage}.log")
+    if ablation:
+        abl_model = (root / "models" / "grpo_no_sft").as_posix()
+        abl_metrics = (root / "ablation_no_sft" / "metrics").as_posix()
+        abl = [
+            *common,
+            f"paths.grpo_model={abl_model}",
+            f"paths.metrics_dir={abl_metrics}",
+            f"paths.plots_dir={(root / 'ablation_no_sft' / 'plots').as_posix()}",
+            f"paths.reports_dir={(root / 'ablation_no_sft' / 'reports').as_posix()}",
+            f"paths.work_dir={(root / 'ablation_no_sft' / 'work').as_posix()}",
+        ]
+        if not Path(abl_metrics, "grpo.json").exists():
+            _run([sys.executable, "-m", "stages.grpo", *abl, "grpo.init=base"], root / "logs" / "grpo_no_sft.log")
+        if not Path(abl_metrics, "eval.json").exists():
+            _run(
+                [sys.executable, "-m", "stages.evaluate", *abl, "evaluate.models=[grpo]", "evaluate.reference_policies=[]"],
+                root / "logs" / "evaluate_no_sft.log",
+            )
+
+
+def _mean_sd(values: list[float]) -> tuple[float, float]:
+    m = sum(values) / len(values)
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    return m, sd
+
+
+def _interactive(eval_json: dict, model: str) -> dict[str, float]:
+    """``{"overall": rate, "<subset>": rate, ...}`` (percent, as eval.json) for one model of one eval.json."""
+    inter = ((eval_json.get("models") or {}).get(model) or {}).get("interactive")
+    if not inter:
+        return {}
+    out = {"overall": float(inter["overall"]["success_rate"])}
+    out.update({k: float(v["success_rate"]) for k, v in (inter.get("per_subset") or {}).items()})
+    return out
+
+
+def summarise(runs: dict[int, Path], ablation: bool) -> dict[str, Any]:
+    """Per model and subset: per-seed success, mean, standard deviation, min, max; plus the ordering checks."""
+    per_model: dict[str, dict[str, list[float]]] = {}
+    offline: dict[str, list[float]] = {}
+    for seed, root in sorted(runs.items()):
+        ev_file = root / "metrics" / "eval.json"
+        ev = json.loads(ev_file.read_text("utf-8"))
+        for label, key in MODELS:
+            for name, v in _interactive(ev, key).items():
+                per_model.setdefault(label, {}).setdefault(name, []).append(v)
+        if ablation:
+            abl_file = root / "ablation_no_sft" / "metrics" / "eval.json"
+            if abl_file.exists():
+                for name, v in _interactive(json.loads(abl_file.read_text("utf-8")), "grpo").items():
+                    per_model.setdefault(ABLATION[0], {}).setdefault(name, []).append(v)
+        grpo_file = root / "metrics" / "grpo.json"
+        if grpo_file.exists():
+            held = json.loads(grpo_file.read_text("utf-8")).get("heldout") or {}
+            for when in ("before", "after"):
+                for k in ("reward", "accuracy_full"):
+                    v = (held.get(when) or {}).get(k)
+                    if v is not None:
+                        offline.setdefault(f"grpo heldout {k} {when}", []).append(float(v))
+    stats: dict[str, Any] = {}
+    for label, subsets in per_model.items():
+        stats[label] = {}
+        for name, vals in subsets.items():
+            m, sd = _mean_sd(vals)
+            stats[label][name] = {"mean": m, "sd": sd, "min": min(vals), "max": max(vals), "values": vals}
+    checks = {}
+    order = [label for label, _ in MODELS]
+    for lo, hi in zip(order, order[1:], strict=False):
+        a, b = stats.get(lo, {}).get("overall"), stats.get(hi, {}).get("overall")
+        if a and b:
+            checks[f"{lo} < {hi}"] = {
+                "gap": b["mean"] - a["mean"],
+                "spread": a["sd"] + b["sd"],
+                "beyond_spread": (b["mean"] - a["mean"]) > (a["sd"] + b["sd"]),
+                "every_seed": all(y > x for x, y in zip(a["values"], b["values"], strict=True)),
+            }
+    off = {k: dict(zip(("mean", "sd"), _mean_sd(v), strict=True), values=v) for k, v in offline.items()}
+    return {"seeds": sorted(runs), "success": stats, "ordering": checks, "grpo_heldout": off, "proxy": True}
+
+
+def render(summary: dict[str, Any]) -> str:
+    """The summary as Markdown: one row per model, columns overall + subsets (mean ± sd, min-max)."""
+    stats = summary["success"]
+    cols = ["overall"] + sorted({k for s in stats.values() for k in s} - {"overall"})
+    # eval.json's success_rate is already in percent
+    pct = lambda d: f"{d['mean']:.1f} ± {d['sd']:.1f}"  # noqa: E731
+    lines = [
+        f"Interactive success (%) on the simulator's valid_unseen episodes (proxy for EB-ALFRED), "
+        f"mean ± sample s.d. over seeds {summary['seeds']}:",
+        "",
+        "| model | " + " | ".join(cols) + " | per seed (overall) |",
+        "|---|" + "---|" * len(cols) + "---|",
+    ]
+    for label, s in stats.items():
+        cells = [pct(s[c]) if c in s else "-" for c in cols]
+        per_seed = ", ".join(f"{v:.1f}" for v in s["overall"]["values"])
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {per_seed} |")
+    lines += ["", "| ordering | gap of means (pts) | sum of s.d. (pts) | beyond spread | every seed |", "|---|---|---|---|---|"]
+    for name, c in summary["ordering"].items():
+        lines.append(
+            f"| {name} | {c['gap']:+.1f} | {c['spread']:.1f} | {'yes' if c['beyond_spread'] else 'no'} "
+            f"| {'yes' if c['every_seed'] else 'no'} |"
+        )
+    if summary["grpo_heldout"]:
+        lines += ["", "| GRPO held-out (greedy, decomposed val prompts) | mean ± s.d. | per seed |", "|---|---|---|"]
+        for k, v in sorted(summary["grpo_heldout"].items()):
+            lines.append(f"| {k} | {v['mean']:.3f} ± {v['sd']:.3f} | {', '.join(f'{x:.3f}' for x in v['values'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--runs-dir", default="runs", help="each seed's artifacts go under <runs-dir>/seed-<s>/")
+    ap.add_argument("--ablation-no-sft", action="store_true", help="also run GRPO from the base model per seed")
+    ap.add_argument("--summary-only", action="store_true", help="summarise the finished runs, run nothing")
+    ap.add_argument("--out-metrics", default="metrics/seeds.json")
+    ap.add_argument("--out-report", default="reports/seeds.md")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides for every stage (after --)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    if len(args.seeds) < 2:
+        ap.error("--seeds: a spread needs at least two seeds")
+    runs = {s: Path(args.runs_dir) / f"seed-{s}" for s in args.seeds}
+    if not args.summary_only:
+        for s, root in runs.items():
+            run_seed(s, root, list(args.overrides), args.ablation_no_sft)
+    missing = [str(r / "metrics" / "eval.json") for r in runs.values() if not (r / "metrics" / "eval.json").exists()]
+    if missing:
+        raise SystemExit(f"no evaluation results for: {', '.join(missing)} (run without --summary-only first)")
+    summary = summarise(runs, args.ablation_no_sft)
+    write_json_atomic(Path(args.out_metrics), summary)
+    text = render(summary)
+    Path(args.out_report).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out_report).write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

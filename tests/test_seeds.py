@@ -1,0 +1,113 @@
+"""make seeds: the per-seed runner's commands and the mean ± spread summary."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from embodied_rft import seeds
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _eval(root: Path, rates: dict[str, float], subset_rates: dict[str, float] | None = None, name: str = "metrics") -> None:
+    models = {}
+    for model, rate in rates.items():
+        per = {k: {"success_rate": v} for k, v in (subset_rates or {"base": rate}).items()}
+        models[model] = {"interactive": {"overall": {"success_rate": rate}, "per_subset": per}}
+    (root / name).mkdir(parents=True, exist_ok=True)
+    (root / name / "eval.json").write_text(json.dumps({"models": models}))
+
+
+def test_summary_is_mean_and_sample_sd_with_ordering_checks(tmp_path: Path) -> None:
+    per_seed = {0: (0.0, 30.0, 40.0), 1: (0.0, 20.0, 35.0), 2: (5.0, 25.0, 45.0)}
+    runs = {}
+    for s, (b, f, g) in per_seed.items():
+        runs[s] = tmp_path / f"seed-{s}"
+        _eval(runs[s], {"base": b, "sft": f, "grpo": g})
+        _eval(runs[s] / "ablation_no_sft", {"grpo": 0.0})
+        (runs[s] / "metrics" / "grpo.json").write_text(json.dumps({"heldout": {"before": {"reward": 0.5, "accuracy_full": 0.2}, "after": {"reward": 0.6 + s / 10, "accuracy_full": 0.3}}}))
+    out = seeds.summarise(runs, ablation=True)
+    sft = out["success"]["SFT"]["overall"]
+    assert sft["values"] == [30.0, 20.0, 25.0] and sft["mean"] == pytest.approx(25.0)
+    assert sft["sd"] == pytest.approx(math.sqrt((5.0**2 + 5.0**2 + 0) / 2))
+    assert (sft["min"], sft["max"]) == (20.0, 30.0)
+    assert out["success"]["GRPO without SFT"]["overall"]["mean"] == 0.0
+    base_sft = out["ordering"]["base < SFT"]
+    assert base_sft["beyond_spread"] and base_sft["every_seed"]
+    sft_grpo = out["ordering"]["SFT < SFT+GRPO"]
+    assert sft_grpo["gap"] == pytest.approx(15.0) and sft_grpo["every_seed"]
+    assert sft_grpo["beyond_spread"] == (15.0 > sft["sd"] + out["success"]["SFT+GRPO"]["overall"]["sd"])
+    assert out["grpo_heldout"]["grpo heldout reward after"]["values"] == pytest.approx([0.6, 0.7, 0.8])
+    text = seeds.render(out)
+    assert "| SFT | 25.0 ± 5.0 |" in text and "| base < SFT | +23.3 |" in text and "| base < SFT |" in text and "proxy" in text
+
+
+def test_a_gap_inside_the_spread_is_not_called_beyond_it(tmp_path: Path) -> None:
+    runs = {}
+    for s, (f, g) in enumerate([(10.0, 30.0), (30.0, 10.0)]):
+        runs[s] = tmp_path / f"seed-{s}"
+        _eval(runs[s], {"base": 0.0, "sft": f, "grpo": g})
+    check = seeds.summarise(runs, ablation=False)["ordering"]["SFT < SFT+GRPO"]
+    assert check["gap"] == pytest.approx(0.0) and not check["beyond_spread"] and not check["every_seed"]
+
+
+def test_each_seed_runs_every_stage_with_its_own_paths(tmp_path: Path, monkeypatch) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(seeds, "_run", lambda cmd, log_file: calls.append(cmd))
+    root = tmp_path / "seed-7"
+    seeds.run_seed(7, root, ["grpo.max_updates=2"], ablation=True)
+    stages = [c[2] for c in calls]
+    assert stages == [f"stages.{s}" for s in seeds.STAGES] + ["stages.grpo", "stages.evaluate"]
+    conf_paths = seeds._conf_paths(REPO / "conf" / "config.yaml")
+    for cmd in calls:
+        assert "seed=7" in cmd and "grpo.max_updates=2" in cmd
+        # every configured output is re-rooted under the seed's folder (later overrides win in Hydra)
+        given = {}
+        for a in cmd:
+            if a.startswith("paths."):
+                k, v = a[len("paths.") :].split("=", 1)
+                given[k] = v
+        assert set(given) == set(conf_paths)
+        assert all(v.startswith(root.as_posix()) for v in given.values())
+    assert "grpo.init=base" in calls[-2] and "evaluate.models=[grpo]" in calls[-1]
+
+
+def test_unreadable_paths_config_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "config.yaml"
+    bad.write_text("paths: 3\n")
+    with pytest.raises(ValueError, match="config.yaml: paths"):
+        seeds._conf_paths(bad)
+
+
+@pytest.mark.slow
+def test_make_seeds_runs_two_seeds_and_the_ablation_on_the_micro_preset(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    runs = Path("runs") / f"pytest-{tmp_path.name}"
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "embodied_rft.seeds", "--seeds", "3", "4", "--ablation-no-sft", "--runs-dir", str(runs),
+             "--out-metrics", str(tmp_path / "seeds.json"), "--out-report", str(tmp_path / "seeds.md"), "experiment=micro"],
+            cwd=REPO, capture_output=True, text=True, timeout=1200,
+        )
+        assert r.returncode == 0, r.stderr[-3000:]
+        out = json.loads((tmp_path / "seeds.json").read_text())
+        assert out["seeds"] == [3, 4]
+        for label in ("base", "SFT", "SFT+GRPO", "GRPO without SFT"):
+            vals = out["success"][label]["overall"]["values"]
+            assert len(vals) == 2 and all(0.0 <= v <= 100.0 for v in vals)
+        for s in (3, 4):
+            ev = json.loads((REPO / runs / f"seed-{s}" / "metrics" / "eval.json").read_text())
+            # the workspace's dvc.lock describes other files: it is not quoted as this run's lineage
+            assert ev["lineage"]["dvc_lock"] is None and ev["lineage"]["not_from_dvc_lock"]
+            assert (REPO / runs / f"seed-{s}" / "models" / "grpo_no_sft" / "config.json").exists()
+        assert "| SFT |" in (tmp_path / "seeds.md").read_text() and "| SFT |" in r.stdout
+    finally:
+        shutil.rmtree(REPO / runs, ignore_errors=True)
