@@ -171,10 +171,8 @@ def lineage(lock_path: str | Path = "dvc.lock", params: dict | None = None, used
 
     out: dict[str, Any] = {"dvc_lock": None, "stages": {}}
     lock = Path(lock_path)
-    lock_outs: set[str] = set()
-    if lock.exists():
-        for st in ((yaml.safe_load(lock.read_text("utf-8")) or {}).get("stages") or {}).values():
-            lock_outs.update(str(o.get("path")) for o in st.get("outs") or [])
+    stages = ((yaml.safe_load(lock.read_text("utf-8")) or {}).get("stages") or {}) if lock.exists() else {}
+    lock_outs = {str(o.get("path")) for st in stages.values() for o in st.get("outs") or []}
     foreign = sorted(str(u) for u in used or () if str(u) not in lock_outs)
     if lock.exists() and foreign:
         # ``used``: the artifacts this run read; one that dvc.lock does not list (a by-hand run with other
@@ -182,8 +180,7 @@ def lineage(lock_path: str | Path = "dvc.lock", params: dict | None = None, used
         out["not_from_dvc_lock"] = foreign
     elif lock.exists():
         out["dvc_lock"] = str(lock)
-        data = yaml.safe_load(lock.read_text("utf-8")) or {}
-        for name, st in (data.get("stages") or {}).items():
+        for name, st in stages.items():
             params_blob = json.dumps(st.get("params") or {}, sort_keys=True, default=str).encode()
             out["stages"][name] = {
                 "outs": {o["path"]: o.get("md5") or o.get("hash") for o in st.get("outs") or []},

@@ -23,7 +23,6 @@ import argparse
 import json
 import logging
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -57,7 +56,7 @@ def _run(cmd: list[str], log_file: Path) -> None:
     log_file.parent.mkdir(parents=True, exist_ok=True)
     log.info("run: %s (log: %s)", " ".join(cmd), log_file)
     with log_file.open("a", encoding="utf-8") as f:
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=os.environ.copy(), check=False)
+        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0:
         tail = log_file.read_text("utf-8", errors="replace")[-2000:]
         raise RuntimeError(f"{' '.join(cmd[:3])} failed with exit code {proc.returncode}; last output of {log_file}:\n{tail}")
@@ -69,9 +68,8 @@ def run_seed(seed: int, root: Path, overrides: list[str], ablation: bool) -> Non
     common = [f"seed={seed}", *path_overrides(paths, root), *overrides]
     metrics = root / paths["metrics_dir"]
     for stage in STAGES:
-        if stage == "evaluate" or not (metrics / f"{stage}.json").exists():
-            if stage == "evaluate" and (metrics / "eval.json").exists():
-                continue
+        # a stage's metrics file is its last write: present = finished (evaluate writes eval.json)
+        if not (metrics / f"{'eval' if stage == 'evaluate' else stage}.json").exists():
             _run([sys.executable, "-m", f"stages.{stage}", *common], root / "logs" / f"{stage}.log")
     if ablation:
         abl_model = (root / "models" / "grpo_no_sft").as_posix()

@@ -157,10 +157,9 @@ def _steps_per_episode(samples: list[dict], k: int, seed: int) -> list[dict]:
         by_episode.setdefault(s["episode_id"], []).append(i)
     keep: set[int] = set()
     for eid, idx in by_episode.items():
-        first = [i for i in idx if samples[i]["step"] == 0]
+        first = [i for i in idx if samples[i]["step"] == 0][:1]
         rest = [i for i in idx if samples[i]["step"] != 0]
-        rng = random.Random(f"{seed}:{eid}")
-        keep.update(first[:1] + rng.sample(rest, min(len(rest), k - len(first[:1]))))
+        keep.update(first + random.Random(f"{seed}:{eid}").sample(rest, min(len(rest), k - len(first))))
     return [s for i, s in enumerate(samples) if i in keep]
 
 
