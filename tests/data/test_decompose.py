@@ -11,7 +11,8 @@ from embodied_rft.data.decompose import DecomposeConfig, decompose_episode, run_
 from embodied_rft.data.jsonl import DataError, read_jsonl, write_jsonl_atomic
 from embodied_rft.data.prompt import PromptConfig, build_messages, system_prompt
 from embodied_rft.world import Simulator
-from embodied_rft.world.actions import N_GLOBAL, ActionSpace
+from embodied_rft.world.actions import N_GLOBAL, ActionSpace, split_action
+from embodied_rft.world.objects import TYPES
 from embodied_rft.world.generator import GeneratorConfig, generate_episodes
 
 EB = PromptConfig(style="eb", action_list="full")
@@ -143,3 +144,83 @@ def test_prompt_without_system_part():
     cfg = PromptConfig(style="compact", action_list="none", system=False)
     msgs = build_messages(cfg, "Put a mug in the sink.", [], "You see a Mug.", ActionSpace())
     assert [m["role"] for m in msgs] == ["user"] and "Task: Put a mug in the sink." in msgs[0]["content"]
+
+
+@pytest.mark.parametrize("style", ["compact", "eb"])
+def test_instruction_position(style):
+    """start: before the history only; end: after the observation only, right before the answer; both: EB's
+    two places (stated first, restated as "to achieve the human instruction: '...'" at the end)."""
+    task = "Put a mug in the sink."
+    history = [{"action_id": 3, "action_name": "find a Mug", "feedback": "Last action executed successfully."}]
+    text = {
+        at: build_messages(PromptConfig(style=style, system=False, instruction_at=at), task, history,
+                           "You see a Mug.", ActionSpace())[0]["content"]
+        for at in ("start", "end", "both")
+    }
+    assert text["start"].count(task) == 1 and text["start"].index(task) < text["start"].index("find a Mug")
+    assert text["end"].count(task) == 1 and text["end"].index(task) > text["end"].index("You see a Mug.")
+    assert text["both"].count(task) == 2
+    if style == "eb":
+        assert text["both"].startswith(f"## Now the human instruction is: {task}")
+        assert text["both"].endswith(f"to achieve the human instruction: '{task}', plan the remaining actions.")
+    else:
+        assert text["both"].startswith(f"Task: {task}\nHistory:\n1. 3 find a Mug: ok")
+        assert text["end"].endswith(f"Observation: You see a Mug.\nTask: {task}\nPlan the remaining actions.")
+
+
+def test_instruction_position_is_checked():
+    with pytest.raises(Exception, match="prompt.instruction_at"):
+        PromptConfig(instruction_at="middle")
+
+
+def test_recovery_samples_follow_one_mistake_and_keep_a_reachable_plan(episodes):
+    """recovery_per_episode: extra samples whose history ends with one mistaken action (its real feedback)
+    and whose label, the expert's remaining plan, still reaches the goal from the state after the mistake."""
+    from embodied_rft.data.decompose import RECOVERY_SUFFIX
+    from embodied_rft.world import Simulator
+
+    n_plain = n_rec = failed = 0
+    for ep in episodes["train"]:
+        samples = list(decompose_episode(ep, TINY, recovery=2, seed=3))
+        plain = [s for s in samples if not s["sample_id"].endswith(RECOVERY_SUFFIX)]
+        rec = [s for s in samples if s["sample_id"].endswith(RECOVERY_SUFFIX)]
+        assert [s["sample_id"] for s in plain] == [s["sample_id"] for s in decompose_episode(ep, TINY)]
+        assert len(rec) <= 2
+        for s in rec:
+            n = s["step"]
+            clean = plain[n]
+            assert s["history"][:-1] == clean["history"] and s["label"] == clean["label"]
+            mistake = s["history"][-1]
+            gold = [a for _, a in json.loads(clean["label"])["gold"]]
+            assert mistake["action_name"] != gold[0]
+            verb, target = split_action(mistake["action_name"])
+            expert_verb, expert_target = split_action(gold[0])
+            if mistake["action_name"] not in gold[1:2] and expert_verb == "find a":
+                # a wrong find looks for the same kind of thing the expert finds here
+                assert verb == "find a" and TYPES[target].pickable == TYPES[expert_target].pickable
+            sim = Simulator.from_episode(ep)
+            for h in s["history"]:
+                assert sim.step(h["action_id"]).feedback == h["feedback"]
+            assert sim.observe_text() == s["observation"]
+            for aid, _ in json.loads(s["label"])["gold"]:
+                assert sim.step(aid).success
+            assert sim.is_success()
+            failed += "invalid" in mistake["feedback"]
+        n_plain += len(plain)
+        n_rec += len(rec)
+    assert n_rec >= len(episodes["train"]) and failed >= n_rec // 3
+    again = [s for ep in episodes["train"] for s in decompose_episode(ep, TINY, recovery=2, seed=3)]
+    assert len(again) == n_plain + n_rec  # deterministic for a seed
+
+
+def test_recovery_samples_are_kept_beside_steps_per_episode(episodes, tmp_path):
+    ep_dir = tmp_path / "episodes"
+    for split, eps in episodes.items():
+        write_jsonl_atomic(ep_dir / f"{split}.jsonl", eps)
+    m = run_decompose(DecomposeConfig(steps_per_episode=2, recovery_per_episode=1), TINY, ep_dir, tmp_path / "out",
+                      tmp_path / "m.json")
+    train = read_jsonl(tmp_path / "out" / "train.jsonl")
+    rec = [s for s in train if s["sample_id"].endswith(":recover")]
+    assert len(train) - len(rec) == 2 * len(episodes["train"]) and len(rec) >= len(episodes["train"]) // 2
+    assert m["train"]["samples"] == len(train)
+    assert not any(s["sample_id"].endswith(":recover") for s in read_jsonl(tmp_path / "out" / "val.jsonl"))

@@ -35,7 +35,9 @@ SYSTEM = "Plan EB-ALFRED actions by id. Answer with the JSON plan."
 
 
 def _prompt_cfg(image: str | None) -> PromptConfig:
-    return PromptConfig(style="compact", action_list="extras", observation="image" if image else "text")
+    # the instruction once, first (the regime the fitted fixture policy was sized for)
+    return PromptConfig(style="compact", action_list="extras", observation="image" if image else "text",
+                        instruction_at="start")
 
 
 def _plan(obj: str, recep: str) -> list[str]:

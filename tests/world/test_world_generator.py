@@ -151,6 +151,28 @@ def test_generator_config_is_built_and_checked():
         build(GeneratorConfig, {"rooms": ["kitchen"], "task_types": ["look_at_obj_in_light"]}, "data.generated")
     with pytest.raises(ValueError, match="split: 'test'"):
         generate_episodes(CFG, "test", 1)
+    with pytest.raises(ConfigError, match="target_types: 'Fridge' is not an object type that can be picked up"):
+        build(GeneratorConfig, {"target_types": ["Apple", "Fridge"]}, "data.generated")
+    with pytest.raises(ConfigError, match="target_types: none of them occurs in a room where look_at_obj_in_light"):
+        build(GeneratorConfig, {"task_types": ["look_at_obj_in_light"], "target_types": ["SoapBar"]}, "data.generated")
+
+
+def test_target_types_restrict_goals_not_scenes():
+    """Every goal names one of target_types (every split); the scenes still hold other types as distractors."""
+    targets = ("Apple", "Mug", "Book", "Cloth", "CellPhone")
+    cfg = GeneratorConfig(seed=5, task_types=("pick_and_place_simple", "look_at_obj_in_light",
+                                              "pick_clean_then_place_in_recep"), target_types=targets)
+    named, others = Counter(), set()
+    for split in ("train", "valid_unseen"):
+        for ep in generate_episodes(cfg, split, 60):
+            named[ep["goal"]["object_target"]] += 1
+            others |= {o["type"] for o in ep["scene"]["objects"]} - set(targets)
+            sim = Simulator.from_episode(ep)
+            for name in ep["expert_plan"]:
+                assert sim.step(sim.actions.id(name)).success, (ep["episode_id"], name)
+            assert sim.is_success()
+    assert set(named) == set(targets)
+    assert len(others) > 20
 
 
 @pytest.mark.slow

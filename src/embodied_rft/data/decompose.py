@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import re
 import statistics
 from collections import Counter
@@ -32,6 +33,8 @@ from .prompt import PromptConfig, build_messages
 log = logging.getLogger(__name__)
 
 PAPER_ALFRED_SAMPLES = 43_898
+# sample ids of recovery samples (decompose.recovery_per_episode) end with this
+RECOVERY_SUFFIX = ":recover"
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,13 @@ class DecomposeConfig:
     # instruction, the only step whose history does not already name the objects) plus k-1 other steps drawn
     # with a fixed seed per episode. For a small sample budget this spreads it over more episodes.
     steps_per_episode: int = 0
+    # extra train samples per episode that start after one mistaken action (0 = none, the paper). At a seeded
+    # step the history ends with a plausible mistake -- the next expert action taken too early, or finding the
+    # wrong object -- with the simulator's feedback (a failure, or "ok" for a wrong find), and the label is the
+    # expert's remaining plan, kept only when it still reaches the goal from there. EB's evaluator replans
+    # after every failed action, so a policy trained only on clean expert histories meets histories it has
+    # never seen as soon as it errs.
+    recovery_per_episode: int = 0
     # write a rendered PNG per sample (vision models); images/ next to the JSONL
     images: bool = False
     # seed for the subsampling above
@@ -57,6 +67,7 @@ class DecomposeConfig:
         check(self.max_val_samples >= 0, "decompose.max_val_samples", "must be >= 0 (0 = all)")
         check(self.max_train_samples >= 0, "decompose.max_train_samples", "must be >= 0 (0 = all)")
         check(self.steps_per_episode >= 0, "decompose.steps_per_episode", "must be >= 0 (0 = every step)")
+        check(self.recovery_per_episode >= 0, "decompose.recovery_per_episode", "must be >= 0 (0 = none)")
         check(bool(self.train_split), "decompose.train_split", "must name an episode split, e.g. train")
 
 
@@ -70,8 +81,11 @@ def decompose_episode(
     image_dir: Path | None = None,
     image_prefix: str = "images",
     where: str = "",
+    recovery: int = 0,
+    seed: int = 0,
 ) -> Iterator[dict]:
-    """Yield the k samples of one episode, executing its expert plan in the simulator.
+    """Yield the k samples of one episode, executing its expert plan in the simulator, plus ``recovery``
+    samples after a mistaken action (``DecomposeConfig.recovery_per_episode``; ids ``<episode>:<step>:recover``).
 
     Raises DataError when an expert action is unknown or fails (the episode is not replayable); ``where``
     (the episode's ``file:line``) prefixes the message.
@@ -92,34 +106,83 @@ def decompose_episode(
     scene_types = sorted({o["type"] for o in ep["scene"]["objects"]})
     history: list[dict] = []
     k = len(plan)
+    recover = _recovery_steps(ep["episode_id"], k, recovery, seed)
     for n, (aid, name) in enumerate(pairs):
         sid = f"{ep['episode_id']}:{n}"
-        obs = sim.observe_text()
-        image = None
-        if image_dir is not None:
-            fname = f"{_safe_name(sid)}.png"
-            with atomic_open(image_dir / fname, "wb") as fh:
-                sim.render_image().save(fh, format="PNG")
-            image = f"{image_prefix}/{fname}"
-        label = {"gold": [list(p) for p in pairs[n:]], "extra_actions": extras}
-        yield {
-            "sample_id": sid,
-            "episode_id": ep["episode_id"],
-            "step": n,
-            "num_steps": k,
-            "task_type": ep["task_type"],
-            "subset": ep.get("subset", "base"),
-            "instruction": ep["instruction"],
-            "history": [dict(h) for h in history],
-            "observation": obs,
-            "image": image,
-            "prompt": build_messages(prompt_cfg, ep["instruction"], history, obs, space, scene_types),
-            "label": json.dumps(label, separators=(",", ":")),
-        }
+        yield _sample(ep, sid, n, k, sim, history, pairs[n:], extras, scene_types, prompt_cfg, image_dir, image_prefix)
+        if n in recover:
+            mistake = _mistake(sim, pairs, n, random.Random(f"{seed}:{sid}:mistake"))
+            if mistake is not None:
+                after, entry = mistake
+                yield _sample(ep, sid + RECOVERY_SUFFIX, n, k, after, history + [entry], pairs[n:], extras, scene_types,
+                              prompt_cfg, image_dir, image_prefix)
         res = sim.step(aid)
         if not res.success:
             raise DataError(f"{at}: expert_plan[{n}] {name!r} failed in the simulator: {res.feedback}")
         history.append({"action_id": aid, "action_name": name, "feedback": res.feedback})
+
+
+def _sample(ep: dict, sid: str, n: int, k: int, sim, history: list[dict], remaining: list, extras: list[str],
+            scene_types: list[str], prompt_cfg: PromptConfig, image_dir: Path | None, image_prefix: str) -> dict:
+    obs = sim.observe_text()
+    image = None
+    if image_dir is not None:
+        fname = f"{_safe_name(sid)}.png"
+        with atomic_open(image_dir / fname, "wb") as fh:
+            sim.render_image().save(fh, format="PNG")
+        image = f"{image_prefix}/{fname}"
+    label = {"gold": [list(p) for p in remaining], "extra_actions": extras}
+    return {
+        "sample_id": sid,
+        "episode_id": ep["episode_id"],
+        "step": n,
+        "num_steps": k,
+        "task_type": ep["task_type"],
+        "subset": ep.get("subset", "base"),
+        "instruction": ep["instruction"],
+        "history": [dict(h) for h in history],
+        "observation": obs,
+        "image": image,
+        "prompt": build_messages(prompt_cfg, ep["instruction"], history, obs, sim.actions, scene_types),
+        "label": json.dumps(label, separators=(",", ":")),
+    }
+
+
+def _recovery_steps(episode_id: str, k: int, n: int, seed: int) -> set[int]:
+    """The steps (of k) that get a recovery sample: n of them, drawn with a fixed seed per episode."""
+    if not n or not k:
+        return set()
+    return set(random.Random(f"{seed}:{episode_id}:recover").sample(range(k), min(n, k)))
+
+
+def _mistake(sim, pairs: list[tuple[int, str]], n: int, rng: random.Random):
+    """(simulator after one plausible mistake at step n, its history entry), or None when no mistake tried
+    leaves the expert's remaining plan ``pairs[n:]`` able to reach the goal.
+
+    The mistakes a policy makes: the next expert action taken too early (picking up before opening, putting
+    down before finding), or finding the wrong thing -- another object of the kind the expert finds at this
+    step (something to pick up for something to pick up, a receptacle for a receptacle)."""
+    from ..world.actions import split_action
+    from ..world.objects import TYPES
+
+    plan_names = {name for _, name in pairs}
+    verb, target = split_action(pairs[n][1])
+    kind = TYPES[target].pickable if verb == "find a" and target in TYPES else None
+    finds = []
+    for i, name in enumerate(sim.actions.names[:N_GLOBAL]):
+        v, t = split_action(name)
+        if v == "find a" and name not in plan_names and (kind is None or (t in TYPES and TYPES[t].pickable == kind)):
+            finds.append((i, name))
+    options = ([pairs[n + 1]] if n + 1 < len(pairs) else []) + rng.sample(finds, min(3, len(finds)))
+    if n + 1 < len(pairs) and rng.random() < 0.5:
+        options = options[1:] + options[:1]
+    for aid, name in options:
+        after = sim.copy()
+        res = after.step(aid)
+        check_sim = after.copy()
+        if all(check_sim.step(a).success for a, _ in pairs[n:]) and check_sim.is_success():
+            return after, {"action_id": aid, "action_name": name, "feedback": res.feedback}
+    return None
 
 
 def decompose_episodes(
@@ -128,34 +191,38 @@ def decompose_episodes(
     image_dir: Path | None = None,
     desc: str = "decompose",
     wheres: Sequence[str] | None = None,
+    recovery: int = 0,
+    seed: int = 0,
 ) -> list[dict]:
     """All samples of ``episodes``; ``wheres[i]`` (``file:line``) names episode i in errors."""
     eps = list(episodes)
     out: list[dict] = []
     for i, ep in enumerate(progress(eps, desc=desc, unit="ep")):
-        out.extend(decompose_episode(ep, prompt_cfg, image_dir, where=wheres[i] if wheres else ""))
+        out.extend(decompose_episode(ep, prompt_cfg, image_dir, where=wheres[i] if wheres else "",
+                                     recovery=recovery, seed=seed))
     return out
 
 
 def _subsample(samples: list[dict], n: int, seed: int) -> list[dict]:
     if not n or n >= len(samples):
         return samples
-    import random
 
     idx = sorted(random.Random(seed).sample(range(len(samples)), n))
     return [samples[i] for i in idx]
 
 
 def _steps_per_episode(samples: list[dict], k: int, seed: int) -> list[dict]:
-    """Step 0 and k-1 other steps of each episode (fixed seed per episode id), in the original order."""
+    """Step 0 and k-1 other steps of each episode (fixed seed per episode id), in the original order; recovery
+    samples are kept apart from the k."""
     if not k:
         return samples
-    import random
-
     by_episode: dict[str, list[int]] = {}
-    for i, s in enumerate(samples):
-        by_episode.setdefault(s["episode_id"], []).append(i)
     keep: set[int] = set()
+    for i, s in enumerate(samples):
+        if s["sample_id"].endswith(RECOVERY_SUFFIX):
+            keep.add(i)
+        else:
+            by_episode.setdefault(s["episode_id"], []).append(i)
     for eid, idx in by_episode.items():
         first = [i for i in idx if samples[i]["step"] == 0][:1]
         rest = [i for i in idx if samples[i]["step"] != 0]
@@ -206,7 +273,8 @@ def run_decompose(
         if not eps:
             raise DataError(f"{path}: no episodes in split '{split}'; check data settings or decompose.{name}_split")
         wheres = [w for w, _ in lines]
-        samples = decompose_episodes(eps, prompt_cfg, image_dir, f"decompose {name}", wheres)
+        recovery = cfg.recovery_per_episode if name == "train" else 0
+        samples = decompose_episodes(eps, prompt_cfg, image_dir, f"decompose {name}", wheres, recovery, cfg.seed)
         if name == "train":
             samples = _steps_per_episode(samples, cfg.steps_per_episode, cfg.seed)
         samples = _subsample(samples, cap, cfg.seed)

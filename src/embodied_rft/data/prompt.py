@@ -46,9 +46,15 @@ class PromptConfig:
     # include the system part (role, rules, action list, output format; EB: yes). false drops it: a model
     # trained from scratch learns all of it from the data, and a CPU step is ~20% cheaper without it
     system: bool = True
+    # where the user part states the instruction: start (before the history) | end (after the observation,
+    # right before the answer) | both (EB: "## Now the human instruction is: ..." first, then "to achieve the
+    # human instruction: '...'" at the end)
+    instruction_at: Literal["start", "end", "both"] = "both"
 
     def __post_init__(self) -> None:
         check(self.max_history >= 0, "prompt.max_history", f"must be >= 0 (0 = keep all), got {self.max_history}")
+        check(self.instruction_at in ("start", "end", "both"), "prompt.instruction_at",
+              f"must be one of start, end, both; got {self.instruction_at!r}")
 
 
 _RULES_EB = """## Action Descriptions and Validity Rules
@@ -133,16 +139,21 @@ def format_history(history: Sequence[dict], max_history: int = 0, compact: bool 
 
 def user_prompt(cfg: PromptConfig, instruction: str, history: Sequence[dict], observation: str | None) -> str:
     obs = IMAGE_PLACEHOLDER if cfg.observation == "image" else (observation or "")
+    first = cfg.instruction_at in ("start", "both")
+    last = cfg.instruction_at in ("end", "both")
     if cfg.style == "eb":
+        head = f"## Now the human instruction is: {instruction}\n" if first else ""
+        goal = f", to achieve the human instruction: '{instruction}'," if last else ","
         return (
-            f"## Now the human instruction is: {instruction}\n"
-            f"## The action history:\n{format_history(history, cfg.max_history)}\n"
+            f"{head}## The action history:\n{format_history(history, cfg.max_history)}\n"
             f"## Current observation: {obs}\n"
-            "Considering the history and the observation, plan the remaining actions."
+            f"Considering the history and the observation{goal} plan the remaining actions."
         )
+    head = f"Task: {instruction}\n" if first else ""
+    tail = f"Task: {instruction}\n" if last else ""
     return (
-        f"Task: {instruction}\nHistory:\n{format_history(history, cfg.max_history, compact=True)}\n"
-        f"Observation: {obs}\nPlan the remaining actions."
+        f"{head}History:\n{format_history(history, cfg.max_history, compact=True)}\n"
+        f"Observation: {obs}\n{tail}Plan the remaining actions."
     )
 
 

@@ -93,6 +93,9 @@ class GeneratorConfig:
     subsets: tuple[str, ...] = SUBSETS
     # task types drawn uniformly (ALFRED's seven)
     task_types: tuple[str, ...] = TASK_TYPES
+    # object types a goal may name (its object_target; empty = every type the room holds, as ALFRED). Scenes
+    # still hold every other type as distractors; only the set of things asked for shrinks.
+    target_types: tuple[str, ...] = ()
     # probability that a task on a sliceable object asks for slices (ALFRED: about 14% of trajectories)
     p_sliced: float = 0.2
     # probability that an openable receptacle starts open
@@ -122,6 +125,12 @@ class GeneratorConfig:
         for t in self.task_types:
             check(any(r in self.rooms for r in GOALS_VALID[t]), "task_types",
                   f"{t} needs one of the rooms {list(GOALS_VALID[t])}")
+        for t in self.target_types:
+            check(t in TYPES and TYPES[t].pickable, "target_types", f"{t!r} is not an object type that can be picked up")
+        if self.target_types:
+            for tt in self.task_types:
+                check(any(t in POOLS[r] for r in GOALS_VALID[tt] if r in self.rooms for t in self.target_types),
+                      "target_types", f"none of them occurs in a room where {tt} is generated")
         check(self.n_layouts_train >= 1, "n_layouts_train", "must be >= 1")
         check(self.n_layouts_unseen >= 1, "n_layouts_unseen", "must be >= 1")
         for k in ("n_train", "n_valid_seen", "n_valid_unseen"):
@@ -184,7 +193,7 @@ class _Draw:
     def goal(self, tt: str, long: bool) -> dict | None:
         rng, pool = self.rng, self.pool
         knife = any(k in pool for k in KNIVES)
-        cands = list(pool)
+        cands = [t for t in pool if t in self.cfg.target_types] if self.cfg.target_types else list(pool)
         if tt in _PROCESS_AT:
             need = _PROCESS_AT[tt]
             if not need & self.fixed_types:
