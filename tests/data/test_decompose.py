@@ -222,5 +222,6 @@ def test_recovery_samples_are_kept_beside_steps_per_episode(episodes, tmp_path):
     train = read_jsonl(tmp_path / "out" / "train.jsonl")
     rec = [s for s in train if s["sample_id"].endswith(":recover")]
     assert len(train) - len(rec) == 2 * len(episodes["train"]) and len(rec) >= len(episodes["train"]) // 2
-    assert m["train"]["samples"] == len(train)
+    assert m["train"]["samples"] == len(train) and m["train"]["recovery_samples"] == len(rec)
+    assert m["val"]["recovery_samples"] == 0
     assert not any(s["sample_id"].endswith(":recover") for s in read_jsonl(tmp_path / "out" / "val.jsonl"))

@@ -6,9 +6,11 @@ local GRPO engine and OpenRLHF read (``--data.input_key prompt --data.label_key 
 with the simulator's env feedback, and the observation o_n rendered from the state after those actions; the
 label holds the remaining actions a_n..a_k with ids in the scene's action map.
 
-The paper built 43,898 samples from ALFRED train; every step of every expert plan here yields one sample (the
-count is reported beside the paper's in ``metrics/decompose.json``). ``distill`` and ``decompose`` share
-:func:`decompose_episode`.
+The paper built 43,898 samples from ALFRED train; by default every step of every expert plan here yields one
+sample (the count is reported beside the paper's in ``metrics/decompose.json``). Two CPU-budget options change
+the train split only: ``steps_per_episode`` keeps step 0 and a few other steps per trajectory, and
+``recovery_per_episode`` adds samples whose history ends with one mistaken action (ids ending ``:recover``,
+counted as ``recovery_samples``). ``distill`` and ``decompose`` share :func:`decompose_episode`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from typing import Any
 
 from ..config import check
 from ..progress import progress
-from ..world.actions import N_GLOBAL
+from ..world.actions import N_GLOBAL, split_action
+from ..world.objects import TYPES
 from .jsonl import DataError, atomic_open, iter_jsonl, write_json_atomic
 from .prompt import PromptConfig, build_messages
 
@@ -162,9 +165,6 @@ def _mistake(sim, pairs: list[tuple[int, str]], n: int, rng: random.Random):
     The mistakes a policy makes: the next expert action taken too early (picking up before opening, putting
     down before finding), or finding the wrong thing -- another object of the kind the expert finds at this
     step (something to pick up for something to pick up, a receptacle for a receptacle)."""
-    from ..world.actions import split_action
-    from ..world.objects import TYPES
-
     plan_names = {name for _, name in pairs}
     verb, target = split_action(pairs[n][1])
     kind = TYPES[target].pickable if verb == "find a" and target in TYPES else None
@@ -173,9 +173,9 @@ def _mistake(sim, pairs: list[tuple[int, str]], n: int, rng: random.Random):
         v, t = split_action(name)
         if v == "find a" and name not in plan_names and (kind is None or (t in TYPES and TYPES[t].pickable == kind)):
             finds.append((i, name))
-    options = ([pairs[n + 1]] if n + 1 < len(pairs) else []) + rng.sample(finds, min(3, len(finds)))
-    if n + 1 < len(pairs) and rng.random() < 0.5:
-        options = options[1:] + options[:1]
+    early = [pairs[n + 1]] if n + 1 < len(pairs) else []
+    wrong = rng.sample(finds, min(3, len(finds)))
+    options = (wrong + early) if early and rng.random() < 0.5 else (early + wrong)
     for aid, name in options:
         after = sim.copy()
         res = after.step(aid)
@@ -247,6 +247,7 @@ def _split_metrics(samples: list[dict]) -> dict[str, Any]:
     target_steps = [len(json.loads(s["label"])["gold"]) for s in samples]
     return {
         "samples": len(samples),
+        "recovery_samples": sum(s["sample_id"].endswith(RECOVERY_SUFFIX) for s in samples),
         "episodes": len({s["episode_id"] for s in samples}),
         "per_task_type": dict(sorted(Counter(s["task_type"] for s in samples).items())),
         "per_subset": dict(sorted(Counter(s["subset"] for s in samples).items())),
