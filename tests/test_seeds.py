@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 
 from embodied_rft import seeds
 
@@ -77,6 +78,45 @@ def test_each_seed_runs_every_stage_with_its_own_paths(tmp_path: Path, monkeypat
     assert "grpo.init=base" in calls[-2] and "evaluate.models=[grpo]" in calls[-1]
 
 
+def test_a_rerun_skips_finished_stages_and_reruns_from_the_first_changed_one(tmp_path: Path, monkeypatch) -> None:
+    calls: list[str] = []
+    monkeypatch.chdir(REPO)
+    root = tmp_path / "seed-3"
+
+    def fake_run(cmd: list[str], log_file: Path) -> None:
+        stage = cmd[2].split(".")[1]
+        calls.append(log_file.stem)
+        # the last paths.metrics_dir wins, as in Hydra (the ablation re-roots it)
+        metrics = Path([a.split("=", 1)[1] for a in cmd if a.startswith("paths.metrics_dir=")][-1])
+        metrics.mkdir(parents=True, exist_ok=True)
+        (metrics / f"{'eval' if stage == 'evaluate' else stage}.json").write_text("{}")
+
+    monkeypatch.setattr(seeds, "_run", fake_run)
+    seeds.run_seed(3, root, [], ablation=True)
+    assert calls == [*seeds.STAGES, "grpo_no_sft", "evaluate_no_sft"]
+    calls.clear()
+    seeds.run_seed(3, root, [], ablation=True)
+    assert calls == []
+    # a changed grpo section: grpo and everything after it rerun, the earlier stages do not
+    real = seeds.stage_params
+    monkeypatch.setattr(seeds, "stage_params", lambda stage: {**real(stage), **({"changed": True} if stage == "grpo" else {})})
+    seeds.run_seed(3, root, [], ablation=True)
+    assert calls == ["grpo", "evaluate", "grpo_no_sft", "evaluate_no_sft"]
+    calls.clear()
+    # an override is part of every stage's stamp: everything reruns
+    seeds.run_seed(3, root, ["sft.max_steps=1"], ablation=False)
+    assert calls == list(seeds.STAGES)
+
+
+def test_stage_params_are_the_sections_dvc_tracks(monkeypatch) -> None:
+    monkeypatch.chdir(REPO)
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    assert seeds.stage_params("sft") == {"sft": params["sft"]}
+    assert set(seeds.stage_params("evaluate")) == {"evaluate", "prompt", "reward"}
+    with pytest.raises(ValueError, match="no stage 'nope'"):
+        seeds.stage_params("nope")
+
+
 def test_unreadable_paths_config_is_named(tmp_path: Path) -> None:
     bad = tmp_path / "config.yaml"
     bad.write_text("paths: 3\n")
@@ -111,3 +151,34 @@ def test_make_seeds_runs_two_seeds_and_the_ablation_on_the_micro_preset(tmp_path
         assert "| SFT |" in (tmp_path / "seeds.md").read_text() and "| SFT |" in r.stdout
     finally:
         shutil.rmtree(REPO / runs, ignore_errors=True)
+
+
+def test_paired_outcomes_are_pooled_over_seeds_with_an_exact_mcnemar_test(tmp_path: Path) -> None:
+    from embodied_rft.evaluate.aggregate import paired
+
+    runs = {}
+    # seed 0: grpo alone solves e1, e2; seed 1: grpo alone e1, sft alone e3
+    outcomes = {
+        0: ({"e1": 0, "e2": 0, "e3": 1, "e4": 0}, {"e1": 1, "e2": 1, "e3": 1, "e4": 0}),
+        1: ({"e1": 0, "e2": 0, "e3": 1, "e4": 0}, {"e1": 1, "e2": 0, "e3": 0, "e4": 0}),
+    }
+    for s, (sft, grpo) in outcomes.items():
+        runs[s] = tmp_path / f"seed-{s}"
+        _eval(runs[s], {"base": 0.0, "sft": 25.0, "grpo": 25.0})
+        ev_file = runs[s] / "metrics" / "eval.json"
+        ev = json.loads(ev_file.read_text())
+        ev["paired"] = {"sft->grpo": paired(sft, grpo)}
+        ev_file.write_text(json.dumps(ev))
+    out = seeds.summarise(runs, ablation=False)["paired"]["SFT < SFT+GRPO"]
+    assert out["gap_per_seed"] == [50.0, 0.0] and out["gap_mean"] == pytest.approx(25.0)
+    assert (out["only_a"], out["only_b"], out["episodes"]) == (1, 3, 8)
+    # 4 discordant pairs, 1 vs 3: p = 2 * (C(4,0) + C(4,1)) / 16
+    assert out["p_mcnemar"] == pytest.approx(2 * 5 / 16)
+    assert "| SFT < SFT+GRPO | +50.0, +0.0 | +25.0 ± 35.4 | 1 | 3 | 8 | 0.625 |" in seeds.render(seeds.summarise(runs, ablation=False))
+
+
+def test_a_seed_without_paired_outcomes_gets_no_pooled_test(tmp_path: Path) -> None:
+    runs = {s: tmp_path / f"seed-{s}" for s in (0, 1)}
+    for root in runs.values():
+        _eval(root, {"base": 0.0, "sft": 10.0, "grpo": 20.0})
+    assert seeds.summarise(runs, ablation=False)["paired"] == {}

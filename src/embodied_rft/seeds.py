@@ -3,14 +3,20 @@
 ``python -m embodied_rft.seeds --seeds 0 1 2 [--ablation-no-sft] [-- OVERRIDE ...]`` runs every stage of
 ``dvc.yaml`` in order (``python -m stages.<name>``, the same entry points DVC calls) for each seed, with the
 Hydra overrides ``seed=<s>`` and every ``paths.*`` output re-rooted under ``runs/seed-<s>/`` — so runs never
-overwrite each other or the workspace's DVC outputs, and a finished seed is skipped on a rerun (each stage
-resumes or is a no-op when its metrics exist). ``--ablation-no-sft`` adds the paper's ablation per seed:
+overwrite each other or the workspace's DVC outputs. A rerun skips a stage whose metrics exist and whose
+parameters are unchanged: each finished stage leaves ``logs/<stage>.params.sha256``, a hash of its sections of
+``params.yaml`` (the ``params:`` list of its ``dvc.yaml`` entry) and the overrides, and a stage reruns, with every
+stage after it, when that hash differs — so editing ``conf/`` and running ``make seeds`` again reruns from the
+first changed stage, like ``dvc repro``. Code changes are not hashed: delete ``runs/seed-<s>`` after them. ``--ablation-no-sft`` adds the paper's ablation per seed:
 GRPO started from the base model (``grpo.init=base``), evaluated interactively beside the others.
 
 It then reads each run's ``metrics/eval.json`` (and ``metrics/grpo.json``) and writes ``metrics/seeds.json``
 and ``reports/seeds.md``: per model, success on every evaluated split and subset as mean ± sample standard
 deviation with min–max and the per-seed values, and whether each step of base < SFT < SFT+GRPO holds beyond
-the spread (the gap between means larger than the sum of the two standard deviations). ``make seeds`` calls it.
+the spread (the gap between means larger than the sum of the two standard deviations). Because every model of a
+seed plays the same episodes, it also pools the paired outcomes of each step (``eval.json``'s ``paired``) over the
+seeds: episodes only one model solved, and the exact McNemar p-value of those counts — the test that tells a
+real gap from episode noise. ``make seeds`` calls it.
 
 Why not DVC experiments here: ``dvc exp run --queue -S seed=…`` works too (README), but each queued
 experiment runs in its own temporary copy with nothing to compare side by side until all are done; this
@@ -20,6 +26,7 @@ driver keeps each seed's artifacts inspectable under ``runs/`` and the summary i
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import math
@@ -31,6 +38,7 @@ from typing import Any
 import yaml
 
 from .data.jsonl import write_json_atomic
+from .evaluate.aggregate import mcnemar_exact
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +46,8 @@ STAGES = ("prepare", "decompose", "distill", "base", "sft", "grpo", "evaluate")
 # (label, model key in eval.json)
 MODELS = (("base", "base"), ("SFT", "sft"), ("SFT+GRPO", "grpo"))
 ABLATION = ("GRPO without SFT", "grpo_no_sft")
+# eval.json ``paired`` keys -> ordering names
+PAIRS = {"base->sft": "base < SFT", "sft->grpo": "SFT < SFT+GRPO"}
 
 
 def path_overrides(conf_paths: dict[str, str], root: Path) -> list[str]:
@@ -62,15 +72,42 @@ def _run(cmd: list[str], log_file: Path) -> None:
         raise RuntimeError(f"{' '.join(cmd[:3])} failed with exit code {proc.returncode}; last output of {log_file}:\n{tail}")
 
 
+def stage_params(stage: str, dvc_file: Path = Path("dvc.yaml"), params_file: Path = Path("params.yaml")) -> dict[str, Any]:
+    """The sections of ``params_file`` that ``dvc_file`` lists under the stage's ``params:`` (dotted keys walk
+    into sections), as DVC tracks them."""
+    dvc = yaml.safe_load(dvc_file.read_text("utf-8")) or {}
+    entry = (dvc.get("stages") or {}).get(stage)
+    if not isinstance(entry, dict):
+        raise ValueError(f"{dvc_file}: no stage {stage!r}")
+    params = yaml.safe_load(params_file.read_text("utf-8")) or {}
+    out: dict[str, Any] = {}
+    for key in entry.get("params") or []:
+        if not isinstance(key, str):  # a {file: [keys]} entry: another params file, not used here
+            raise ValueError(f"{dvc_file}: stage {stage!r}: params entry {key!r}: only keys of params.yaml are supported")
+        node: Any = params
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise ValueError(f"{params_file}: stage {stage!r} tracks {key!r}, which is missing (run `make params`)")
+            node = node[part]
+        out[key] = node
+    return out
+
+
+def _stamp(stage: str, args: list[str]) -> str:
+    blob = json.dumps({"params": stage_params(stage), "args": args}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
 def run_seed(seed: int, root: Path, overrides: list[str], ablation: bool) -> None:
-    """Every stage for one seed under ``root`` (skipping stages whose metrics already exist)."""
+    """Every stage for one seed under ``root``, from the first one not finished with the current parameters."""
     paths = _conf_paths()
     common = [f"seed={seed}", *path_overrides(paths, root), *overrides]
     metrics = root / paths["metrics_dir"]
+    upstream_ran = False
     for stage in STAGES:
         # a stage's metrics file is its last write: present = finished (evaluate writes eval.json)
-        if not (metrics / f"{'eval' if stage == 'evaluate' else stage}.json").exists():
-            _run([sys.executable, "-m", f"stages.{stage}", *common], root / "logs" / f"{stage}.log")
+        done = metrics / f"{'eval' if stage == 'evaluate' else stage}.json"
+        upstream_ran = _run_stage(seed, stage, [*common], done, root / "logs" / stage, upstream_ran) or upstream_ran
     if ablation:
         abl_model = (root / "models" / "grpo_no_sft").as_posix()
         abl_metrics = (root / "ablation_no_sft" / "metrics").as_posix()
@@ -82,13 +119,26 @@ def run_seed(seed: int, root: Path, overrides: list[str], ablation: bool) -> Non
             f"paths.reports_dir={(root / 'ablation_no_sft' / 'reports').as_posix()}",
             f"paths.work_dir={(root / 'ablation_no_sft' / 'work').as_posix()}",
         ]
-        if not Path(abl_metrics, "grpo.json").exists():
-            _run([sys.executable, "-m", "stages.grpo", *abl, "grpo.init=base"], root / "logs" / "grpo_no_sft.log")
-        if not Path(abl_metrics, "eval.json").exists():
-            _run(
-                [sys.executable, "-m", "stages.evaluate", *abl, "evaluate.models=[grpo]", "evaluate.reference_policies=[]"],
-                root / "logs" / "evaluate_no_sft.log",
-            )
+        ran = _run_stage(seed, "grpo", [*abl, "grpo.init=base"], Path(abl_metrics, "grpo.json"),
+                         root / "logs" / "grpo_no_sft", upstream_ran)
+        _run_stage(seed, "evaluate", [*abl, "evaluate.models=[grpo]", "evaluate.reference_policies=[]"],
+                   Path(abl_metrics, "eval.json"), root / "logs" / "evaluate_no_sft", upstream_ran or ran)
+
+
+def _run_stage(seed: int, stage: str, args: list[str], done: Path, log_base: Path, force: bool) -> bool:
+    """Run ``stages.<stage>`` with ``args`` unless ``done`` exists and the stage's parameter stamp
+    (``<log_base>.params.sha256``) matches; ``force`` = an earlier stage reran. True when it ran."""
+    stamp_file = log_base.with_name(log_base.name + ".params.sha256")
+    stamp = _stamp(stage, args)
+    same = stamp_file.exists() and stamp_file.read_text("utf-8").strip() == stamp
+    if done.exists() and same and not force:
+        return False
+    if done.exists():
+        log.info("seed %d: %s reruns (%s)", seed, log_base.name, "an earlier stage reran" if force else "its parameters changed")
+    _run([sys.executable, "-m", f"stages.{stage}", *args], log_base.with_name(log_base.name + ".log"))
+    stamp_file.parent.mkdir(parents=True, exist_ok=True)
+    stamp_file.write_text(stamp + "\n", encoding="utf-8")
+    return True
 
 
 def _mean_sd(values: list[float]) -> tuple[float, float]:
@@ -111,9 +161,14 @@ def summarise(runs: dict[int, Path], ablation: bool) -> dict[str, Any]:
     """Per model and subset: per-seed success, mean, standard deviation, min, max; plus the ordering checks."""
     per_model: dict[str, dict[str, list[float]]] = {}
     offline: dict[str, list[float]] = {}
+    pairs: dict[str, list[dict]] = {}
     for seed, root in sorted(runs.items()):
         ev_file = root / "metrics" / "eval.json"
         ev = json.loads(ev_file.read_text("utf-8"))
+        for key, name in PAIRS.items():
+            c = (ev.get("paired") or {}).get(key)
+            if c is not None:
+                pairs.setdefault(name, []).append(c)
         for label, key in MODELS:
             for name, v in _interactive(ev, key).items():
                 per_model.setdefault(label, {}).setdefault(name, []).append(v)
@@ -147,8 +202,31 @@ def summarise(runs: dict[int, Path], ablation: bool) -> dict[str, Any]:
                 "beyond_spread": (b["mean"] - a["mean"]) > (a["sd"] + b["sd"]),
                 "every_seed": all(y > x for x, y in zip(a["values"], b["values"], strict=True)),
             }
+    paired_stats = {}
+    for name, cs in pairs.items():
+        if len(cs) != len(runs):  # an eval.json from before paired outcomes were recorded: no pooled test
+            continue
+        gaps = [float(c["gap"]) for c in cs]
+        m, sd = _mean_sd(gaps)
+        only_a, only_b = sum(c["only_a"] for c in cs), sum(c["only_b"] for c in cs)
+        paired_stats[name] = {
+            "gap_per_seed": gaps,
+            "gap_mean": m,
+            "gap_sd": sd,
+            "episodes": sum(c["episodes"] for c in cs),
+            "only_a": only_a,
+            "only_b": only_b,
+            "p_mcnemar": mcnemar_exact(only_a, only_b),
+        }
     off = {k: dict(zip(("mean", "sd"), _mean_sd(v), strict=True), values=v) for k, v in offline.items()}
-    return {"seeds": sorted(runs), "success": stats, "ordering": checks, "grpo_heldout": off, "proxy": True}
+    return {
+        "seeds": sorted(runs),
+        "success": stats,
+        "ordering": checks,
+        "paired": paired_stats,
+        "grpo_heldout": off,
+        "proxy": True,
+    }
 
 
 def render(summary: dict[str, Any]) -> str:
@@ -174,6 +252,21 @@ def render(summary: dict[str, Any]) -> str:
             f"| {name} | {c['gap']:+.1f} | {c['spread']:.1f} | {'yes' if c['beyond_spread'] else 'no'} "
             f"| {'yes' if c['every_seed'] else 'no'} |"
         )
+    if summary.get("paired"):
+        lines += [
+            "",
+            "Paired over seeds (every model of a seed plays the same episodes): the gap per seed, and the episodes "
+            "only one of the two models solved, pooled over the seeds, with the exact two-sided McNemar p-value.",
+            "",
+            "| ordering | paired gap per seed (pts) | mean ± s.d. | solved by the first alone | by the second alone "
+            "| episode pairs | McNemar p |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, c in summary["paired"].items():
+            lines.append(
+                f"| {name} | {', '.join(f'{g:+.1f}' for g in c['gap_per_seed'])} | {c['gap_mean']:+.1f} ± {c['gap_sd']:.1f} "
+                f"| {c['only_a']} | {c['only_b']} | {c['episodes']} | {c['p_mcnemar']:.3g} |"
+            )
     if summary["grpo_heldout"]:
         lines += ["", "| GRPO held-out (greedy, decomposed val prompts) | mean ± s.d. | per seed |", "|---|---|---|"]
         for k, v in sorted(summary["grpo_heldout"].items()):

@@ -161,7 +161,13 @@ def test_run_evaluate_end_to_end_and_resume(tmp_path):
     assert m["sft"]["offline"]["samples"] == 2 and m["sft"]["offline"]["exact_plan_rate"] == 0.5
     assert m["base"]["offline"]["json_valid_rate"] == 0.0
     assert m["expert"]["offline"] is None and m["expert"]["reference"] is True
+    # paired comparison on the same episodes: sft alone solves episode 0
+    ids = [e["episode_id"] for e in eps]
+    assert m["sft"]["episode_success"] == {ids[0]: True, ids[1]: False, ids[2]: False}
+    assert metrics["paired"] == {"base->sft": {"episodes": 3, "both": 0, "only_a": 0, "only_b": 1, "neither": 2,
+                                               "gap": pytest.approx(33.33), "p_mcnemar": 1.0}}
     report = (tmp_path / "reports" / "evaluate.md").read_text()
+    assert "**base -> sft (paired)**: +33.3 pts on the same 3 episodes: 1 solved by sft alone" in report
     assert f"# Evaluation ({PROXY_LABEL})" in report
     assert [e["subset"] for e in eps] == ["base", "common_sense", "complex_instruction"]
     assert "| sft | 33.3 | 100.0 | 0.0 | 0.0 | – | – | – |" in report  # subsets without episodes show –
@@ -180,3 +186,19 @@ def test_run_evaluate_end_to_end_and_resume(tmp_path):
 def test_run_evaluate_names_a_missing_checkpoint(tmp_path):
     with pytest.raises(ConfigError, match=r"model 'grpo': .* is not a checkpoint directory"):
         run_evaluate(EvalConfig(), {"grpo": tmp_path / "nope"}, [], None, tmp_path / "m.json", tmp_path / "r.md", tmp_path, tmp_path)
+
+
+def test_exact_mcnemar_against_hand_computed_binomial_tails():
+    from embodied_rft.evaluate.aggregate import mcnemar_exact, paired
+
+    assert mcnemar_exact(0, 0) == 1.0
+    # 0 vs 6 discordant: 2 * 0.5**6
+    assert mcnemar_exact(0, 6) == pytest.approx(2 / 64)
+    assert mcnemar_exact(6, 0) == mcnemar_exact(0, 6)
+    # 2 vs 8: 2 * (1 + 10 + 45) / 1024
+    assert mcnemar_exact(2, 8) == pytest.approx(112 / 1024)
+    assert mcnemar_exact(5, 5) == 1.0
+    with pytest.raises(ValueError):
+        mcnemar_exact(-1, 2)
+    with pytest.raises(ValueError, match="share no evaluated episode"):
+        paired({"a": True}, {"b": True})

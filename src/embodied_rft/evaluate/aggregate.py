@@ -10,12 +10,18 @@ Input: result records from :mod:`.episode`. Output: plain dicts for ``metrics/ev
 - ``parse_failure_rate``: unreadable responses / planner calls;
 - ``avg_response_chars`` and, when the policy reports them, ``avg_response_tokens`` (per planner call);
 - ``end_reasons``: how episodes ended.
+
+:func:`paired` compares two models on the episodes both played (the same held-out episodes, so the
+comparison is paired): how many each alone solved, the gap, and the exact two-sided McNemar p-value — with a
+~10% success rate, 36-72 episodes move by 1.4-2.8 points per episode, and only the discordant episodes say
+whether a gap is more than chance.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from ..data.episodes import SUBSETS, TASK_TYPES
 
@@ -65,4 +71,37 @@ def aggregate(results: Sequence[dict]) -> dict:
         "overall": summarize(results),
         "per_subset": {k: summarize(v) for k, v in _ordered_groups(results, "subset", SUBSETS).items()},
         "per_task_type": {k: summarize(v) for k, v in _ordered_groups(results, "task_type", TASK_TYPES).items()},
+    }
+
+
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value: the discordant pairs as ``Binomial(only_a + only_b, 1/2)``; 1.0 when
+    there are none."""
+    if only_a < 0 or only_b < 0:
+        raise ValueError(f"discordant counts must be >= 0, got {only_a}, {only_b}")
+    n = only_a + only_b
+    k = min(only_a, only_b)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
+    return min(1.0, 2.0 * tail)
+
+
+def paired(a: Mapping[str, bool | int], b: Mapping[str, bool | int]) -> dict:
+    """Model ``a`` vs model ``b`` on the episodes both played (``{episode_id: success}`` each).
+
+    ``gap`` is b's success minus a's, in points; ``only_a``/``only_b`` count the episodes one of them alone
+    solved; ``p_mcnemar`` is the exact two-sided McNemar p-value of those discordant counts."""
+    ids = sorted(set(a) & set(b))
+    if not ids:
+        raise ValueError("the two models share no evaluated episode: nothing to pair")
+    both = sum(1 for i in ids if a[i] and b[i])
+    only_a = sum(1 for i in ids if a[i] and not b[i])
+    only_b = sum(1 for i in ids if b[i] and not a[i])
+    return {
+        "episodes": len(ids),
+        "both": both,
+        "only_a": only_a,
+        "only_b": only_b,
+        "neither": len(ids) - both - only_a - only_b,
+        "gap": round(100.0 * (only_b - only_a) / len(ids), 2),
+        "p_mcnemar": round(mcnemar_exact(only_a, only_b), 4),
     }

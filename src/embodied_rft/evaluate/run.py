@@ -37,7 +37,7 @@ from ..data.prompt import PromptConfig
 from ..data.samples import read_samples
 from ..models.integrity import check_checkpoint
 from ..reward import RewardConfig
-from .aggregate import aggregate
+from .aggregate import aggregate, paired
 from .config import EvalConfig
 from .offline import offline_metrics, select_samples
 from .policy import ModelPolicy, PolicySpec
@@ -155,7 +155,13 @@ def run_evaluate(
             if policy is not None:
                 policy.close()
         t2 = time.perf_counter()
-        results[name] = {"model_dir": str(model_dir), "interactive": aggregate(recs), "offline": offline}
+        results[name] = {
+            "model_dir": str(model_dir),
+            "interactive": aggregate(recs),
+            "offline": offline,
+            # per-episode outcomes, for paired comparisons here and across seeds (embodied_rft.seeds)
+            "episode_success": {r["episode_id"]: bool(r["success"]) for r in recs},
+        }
         timing[name] = {"interactive_s": round(t1 - t0, 2), "offline_s": round(t2 - t1, 2),
                         "episodes_per_s": round(len(recs) / max(t1 - t0, 1e-9), 3)}
         log.info("evaluate %s: success %.1f%% on %d episodes", name, results[name]["interactive"]["overall"].get("success_rate", 0.0), len(recs))
@@ -169,11 +175,18 @@ def run_evaluate(
         results[kind] = {"model_dir": None, "reference": True, "interactive": aggregate(recs), "offline": None}
         timing[kind] = {"interactive_s": round(dt, 2), "episodes_per_s": round(len(recs) / max(dt, 1e-9), 3)}
 
+    # each model against the one before it in evaluate.models (base -> sft -> grpo): the same episodes, paired
+    names = list(models)
+    pairs = {
+        f"{a}->{b}": paired(results[a]["episode_success"], results[b]["episode_success"])
+        for a, b in zip(names, names[1:], strict=False)
+    }
     metrics = {
         "label": PROXY_LABEL,
         "episodes": {"total": len(episodes), "per_split": counts},
         "offline_samples": len(samples),
         "table": table_rows(results),
+        "paired": pairs,
         "models": results,
         "timing": timing,
         "config": as_dict(cfg),
@@ -183,6 +196,12 @@ def run_evaluate(
         "episodes": f"{len(episodes)} held-out episodes ({', '.join(f'{k}: {v}' for k, v in counts.items())})",
         "parse failures": "an unreadable response counts as one invalid action and executes nothing (EB's rule)",
     }
+    for key, c in pairs.items():
+        a, b = key.split("->")
+        notes[f"{a} -> {b} (paired)"] = (
+            f"{c['gap']:+.1f} pts on the same {c['episodes']} episodes: {c['only_b']} solved by {b} alone, "
+            f"{c['only_a']} by {a} alone, {c['both']} by both; exact McNemar p = {c['p_mcnemar']:.3g}"
+        )
     write_json_atomic(metrics_path, metrics)
     write_text_atomic(report_path, render_markdown(results, notes))
     write_json_atomic(Path(plots_dir) / PLOT_FILE, plot_rows(results))
