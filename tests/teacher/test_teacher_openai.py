@@ -299,7 +299,12 @@ def test_a_killed_run_resumed_equals_an_uninterrupted_one(tmp_path, sig):
         cache, out = tmp_path / "cache", tmp_path / "run" / "sft.jsonl"
         args = [json.dumps(as_dict(cfg)), str(sp), str(out), str(cache), str(tmp_path / "run" / "distill.json")]
         with open(tmp_path / "child.log", "wb") as log:
-            child = subprocess.Popen([sys.executable, "-c", CHILD, *args], stdout=log, stderr=log, env=os.environ.copy())
+            # SIGINT back to its default in the child: a test run started in the background (`make test &`,
+            # nohup, some CI runners) inherits SIGINT as ignored, and Python then never raises KeyboardInterrupt
+            child = subprocess.Popen(
+                [sys.executable, "-c", CHILD, *args], stdout=log, stderr=log, env=os.environ.copy(),
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            )
             # the uninterrupted reference run (its own server and cache, other concurrency: the output depends
             # on the answers only) runs while the child starts up
             ref: list[Path] = []
