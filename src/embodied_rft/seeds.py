@@ -7,8 +7,9 @@ overwrite each other or the workspace's DVC outputs. A rerun skips a stage whose
 parameters are unchanged: each finished stage leaves ``logs/<stage>.params.sha256``, a hash of its sections of
 ``params.yaml`` (the ``params:`` list of its ``dvc.yaml`` entry) and the overrides, and a stage reruns, with every
 stage after it, when that hash differs — so editing ``conf/`` and running ``make seeds`` again reruns from the
-first changed stage, like ``dvc repro``. Code changes are not hashed: delete ``runs/seed-<s>`` after them. ``--ablation-no-sft`` adds the paper's ablation per seed:
-GRPO started from the base model (``grpo.init=base``), evaluated interactively beside the others.
+first changed stage, like ``dvc repro``. Code changes are not hashed: delete ``runs/seed-<s>`` after them.
+``--ablation-no-sft`` adds the paper's ablation per seed: GRPO started from the base model (``grpo.init=base``),
+evaluated interactively beside the others, under the same rerun rule.
 
 It then reads each run's ``metrics/eval.json`` (and ``metrics/grpo.json``) and writes ``metrics/seeds.json``
 and ``reports/seeds.md``: per model, success on every evaluated split and subset as mean ± sample standard
@@ -107,7 +108,7 @@ def run_seed(seed: int, root: Path, overrides: list[str], ablation: bool) -> Non
     for stage in STAGES:
         # a stage's metrics file is its last write: present = finished (evaluate writes eval.json)
         done = metrics / f"{'eval' if stage == 'evaluate' else stage}.json"
-        upstream_ran = _run_stage(seed, stage, [*common], done, root / "logs" / stage, upstream_ran) or upstream_ran
+        upstream_ran = _run_stage(seed, stage, common, done, root / "logs" / stage, upstream_ran) or upstream_ran
     if ablation:
         abl_model = (root / "models" / "grpo_no_sft").as_posix()
         abl_metrics = (root / "ablation_no_sft" / "metrics").as_posix()
