@@ -22,6 +22,7 @@ from typing import Literal
 
 from ..config import ConfigError, check
 from ..filtering import FilterConfig
+from .grpo_states import OnPolicyConfig
 
 
 def _paper_filter() -> FilterConfig:
@@ -190,6 +191,9 @@ class GRPOConfig:
     freeze_vision: bool = True
     # Cluster settings for backend=openrlhf.
     openrlhf: OpenRLHFConfig = field(default_factory=OpenRLHFConfig)
+    # On-policy prompts: states the initial policy reaches in training episodes (train/grpo_states.py).
+    # Off (episodes 0) in the paper, which trains on the offline decomposed prompts only.
+    onpolicy: OnPolicyConfig = field(default_factory=OnPolicyConfig)
 
     def __post_init__(self) -> None:
         g = self.group_size

@@ -63,6 +63,7 @@ from .grpo_state import (
     save_pretrained_atomic,
     set_rng_state,
 )
+from .grpo_states import mix_prompts
 from .grpo_update import Group, update_step
 
 log = logging.getLogger(__name__)
@@ -395,12 +396,15 @@ def run_grpo_local(
     *,
     reward: RewardConfig | None = None,
     hooks: Hooks | None = None,
+    states: tuple[list[dict], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Run GRPO with the local engine; returns the metrics written to ``metrics_path``.
 
     ``reward`` is the ``reward:`` config section (default: the paper's reward). ``hooks['on_update']``,
     if given, is called with an :class:`UpdateInfo` after every optimiser update (tests use it).
-    Resumes from ``work_dir`` when a checkpoint of the same config and inputs is there.
+    ``states`` (samples, summary), from :mod:`.grpo_states`, are mixed into the training prompts as
+    ``cfg.onpolicy.fraction`` says. Resumes from ``work_dir`` when a checkpoint of the same config and
+    inputs is there.
     """
     reward = reward or RewardConfig()
     t_start = time.perf_counter()
@@ -408,7 +412,8 @@ def run_grpo_local(
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     try:
-        return _run(cfg, policy_dir, train_samples_path, val_samples_path, out_dir, metrics_path, plots_path, work_dir, reward, hooks, t_start)
+        return _run(cfg, policy_dir, train_samples_path, val_samples_path, out_dir, metrics_path, plots_path, work_dir, reward, hooks,
+                    t_start, states)
     finally:
         torch.set_num_threads(threads)
 
@@ -425,10 +430,13 @@ def _run(
     reward: RewardConfig,
     hooks: Hooks | None,
     t_start: float,
+    states: tuple[list[dict], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     from tqdm import tqdm
 
     train = _subset(_read_samples(train_samples_path, "train"), cfg.max_train_prompts, cfg.seed)
+    if states is not None:
+        train = mix_prompts(train, states[0], cfg.onpolicy.fraction, cfg.seed)
     val = _subset(_read_samples(val_samples_path, "val"), cfg.eval_max_samples, cfg.seed) if cfg.eval_max_samples else []
     fp = fingerprint(
         {
@@ -436,6 +444,7 @@ def _run(
             "reward": as_dict(reward),
             "policy": file_identity(policy_dir),
             "train": file_identity(train_samples_path),
+            "states": fingerprint([(s["sample_id"], s["label"]) for s in states[0]]) if states is not None else None,
         }
     )
     eng = GRPOEngine(cfg, policy_dir, train, val, work_dir, reward, Path(train_samples_path).parent, fp, hooks)
@@ -488,6 +497,8 @@ def _run(
     if cfg.save_every:
         eng.checkpoint()  # the finished state: a rerun with the same inputs resumes straight to the end
     metrics = _metrics(cfg, eng, stop_reason, resumed, eval_after, time.perf_counter() - t_start)
+    if states is not None:
+        metrics["onpolicy"] = {**states[1], "prompts": len(train), "fraction": cfg.onpolicy.fraction}
     write_json_atomic(metrics_path, metrics)
     tracker.write_plots(plots_path)
     tracker.summary({k: v for k, v in metrics["final"].items() if isinstance(v, (int, float))})

@@ -1,0 +1,181 @@
+"""On-policy GRPO prompts: the states the initial policy reaches when it plays training episodes.
+
+An extension, off by default (``grpo.onpolicy.episodes: 0``); the paper's RFT prompts are the offline
+decomposed expert trajectories only. Why it exists: interactive evaluation fails in states the expert never
+visits -- after the policy's own wrong find, after a plan that ended with the wrong object in hand, after an
+action repeated while it keeps failing -- and the offline prompts never show GRPO those states.
+
+Input: the policy GRPO starts from (any :class:`~embodied_rft.evaluate.policy.Policy`; the stage passes the
+checkpoint behind the ``hf`` backend, greedy), training episodes (``data/episodes/train.jsonl``), the prompt
+config and EB's episode limits. Output: one decomposed-format sample per planner call -- the prompt exactly as
+the interactive evaluation builds it, and a label whose gold plan is the symbolic planner's plan from that
+state (``world.planner.plan_for``), so the paper's reward scores it unchanged. A state the planner cannot
+finish from (an object sliced or moved past repair) yields no sample and is counted.
+
+How: the episodes run in lockstep batches with EB's execution rules (``evaluate.episode.EpisodeRun``); every
+state is recorded before the policy answers, then the answer is executed. The states are written atomically
+next to the run's checkpoints with the inputs' fingerprint, so a resumed GRPO run reuses them.
+
+Measured on the tiny default (seed 1, 96 training episodes, 168 s on 2 cores): 972 states, 785 of them right
+after a failed action. The paper's filter rejected all of the first 64 (C_x = 0: the SFT policy never produced
+the planner's whole remaining plan there), so these prompts need ``grpo.filter.enabled: false`` (or a partial
+credit filter) to train on at all.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import check
+from ..data.jsonl import iter_jsonl, write_json_atomic, write_jsonl_atomic
+from ..data.prompt import PromptConfig
+from ..progress import progress
+from ..world.actions import N_GLOBAL
+
+log = logging.getLogger(__name__)
+
+# sample ids of on-policy states end with ":call<planner call index>"
+STATE_SUFFIX = ":call"
+
+
+@dataclass(frozen=True)
+class OnPolicyConfig:
+    """The ``grpo.onpolicy`` config section."""
+
+    # Training episodes the initial policy plays (greedy, EB's rules) to collect the states it reaches;
+    # 0 = off (the paper: offline decomposed prompts only).
+    episodes: int = 0
+    # Share of the GRPO prompts taken from those states; the rest are decomposed prompts (1.0 = states only).
+    fraction: float = 1.0
+    # Episodes played together (one generation batch per round).
+    batch_size: int = 48
+    # New-token cap of the policy's answers while collecting (0 = grpo.max_new_tokens).
+    max_new_tokens: int = 0
+    # Seed of the choice of episodes.
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check(self.episodes >= 0, "grpo.onpolicy.episodes", f"must be >= 0 (0 = off); got {self.episodes}")
+        check(0.0 < self.fraction <= 1.0, "grpo.onpolicy.fraction", f"must be in (0, 1]; got {self.fraction}")
+        check(self.batch_size >= 1, "grpo.onpolicy.batch_size", f"must be >= 1; got {self.batch_size}")
+        check(self.max_new_tokens >= 0, "grpo.onpolicy.max_new_tokens", "must be >= 0 (0 = grpo.max_new_tokens)")
+
+
+def state_sample(run: Any) -> dict | None:
+    """The decomposed-format sample of an :class:`EpisodeRun`'s current state, or None when the symbolic
+    planner finds no plan to the goal from it."""
+    from ..world.planner import PlanError, plan_for
+
+    try:
+        names = plan_for(run.sim)
+    except PlanError:
+        return None
+    gold = []
+    for name in names:
+        aid = run.space.get_id(name)
+        if aid is None:  # pragma: no cover - the planner only emits actions of the scene's space
+            return None
+        gold.append([aid, name])
+    ep = run.episode
+    history = [dict(h) for h in run.history]
+    failed_last = bool(run.executed) and not run.executed[-1][2]
+    label = {"gold": gold, "extra_actions": [n for i, n in enumerate(run.space.names) if i >= N_GLOBAL]}
+    return {
+        "sample_id": f"{ep['episode_id']}{STATE_SUFFIX}{run.planner_calls}",
+        "episode_id": ep["episode_id"],
+        "step": len(history),
+        "num_steps": len(history) + len(gold),
+        "task_type": ep["task_type"],
+        "subset": ep.get("subset", "base"),
+        "instruction": ep["instruction"],
+        "history": history,
+        "observation": run.sim.observe_text(),
+        "image": None,
+        "failed_last": failed_last,
+        "prompt": run.messages(),
+        "label": json.dumps(label, separators=(",", ":")),
+    }
+
+
+def collect_states(
+    policy: Any, episodes: Sequence[dict], prompt_cfg: PromptConfig, limits: Any, batch_size: int
+) -> tuple[list[dict], dict[str, Any]]:
+    """Play ``episodes`` with ``policy`` and return (one sample per planner call, a summary)."""
+    from ..evaluate.episode import EpisodeRun
+
+    if prompt_cfg.observation == "image":
+        raise ValueError("grpo.onpolicy: image observations are not supported yet (the states would need their frames saved)")
+    t0 = time.perf_counter()
+    samples: list[dict] = []
+    ends: dict[str, int] = {}
+    unplannable = 0
+    for start in progress(range(0, len(episodes), batch_size), desc="on-policy states", unit="batch"):
+        active = [EpisodeRun(ep, prompt_cfg, limits) for ep in episodes[start : start + batch_size]]
+        while active:
+            for run in active:
+                s = state_sample(run)
+                if s is None:
+                    unplannable += 1
+                else:
+                    samples.append(s)
+            responses = policy.plan([r.messages() for r in active], None, [r.context() for r in active])
+            still = []
+            for run, text in zip(active, responses, strict=True):
+                run.apply(text if isinstance(text, str) else "")
+                if run.done:
+                    ends[run.end_reason] = ends.get(run.end_reason, 0) + 1
+                else:
+                    still.append(run)
+            active = still
+    summary = {
+        "episodes": len(episodes),
+        "success": ends.get("success", 0),
+        "end_reasons": dict(sorted(ends.items())),
+        "states": len(samples),
+        "after_failed_action": sum(s["failed_last"] for s in samples),
+        "unplannable_states": unplannable,
+        "time_s": round(time.perf_counter() - t0, 3),
+    }
+    return samples, summary
+
+
+def choose_episodes(path: str | Path, n: int, seed: int) -> list[dict]:
+    """``n`` episodes of ``path`` (a fixed-seed sample; all when there are fewer)."""
+    eps = [rec for _, rec in iter_jsonl(path)]
+    random.Random(seed).shuffle(eps)
+    return eps[:n]
+
+
+def mix_prompts(decomposed: list[dict], states: list[dict], fraction: float, seed: int) -> list[dict]:
+    """All ``states`` plus enough decomposed prompts (a fixed-seed sample) that states are ``fraction`` of
+    the result; the engine shuffles the order."""
+    if not states:
+        raise ValueError("grpo.onpolicy: no states were collected (every state was unplannable?)")
+    n_dec = min(len(decomposed), round(len(states) * (1.0 - fraction) / fraction))
+    picked = random.Random(seed).sample(decomposed, n_dec) if n_dec else []
+    return list(states) + picked
+
+
+def load_or_collect(path: str | Path, key: str, collect: Any) -> tuple[list[dict], dict[str, Any]]:
+    """The states saved at ``path`` for the inputs fingerprint ``key``, else ``collect()``'s, saved there."""
+    path = Path(path)
+    meta_path = path.with_suffix(".meta.json")
+    if path.exists() and meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("key") == key:
+            log.info("reusing %d on-policy states from %s", meta["summary"]["states"], path)
+            return [rec for _, rec in iter_jsonl(path)], meta["summary"]
+    samples, summary = collect()
+    write_jsonl_atomic(path, samples)
+    write_json_atomic(meta_path, {"key": key, "summary": summary})
+    return samples, summary
+
+
+__all__ = ["OnPolicyConfig", "STATE_SUFFIX", "choose_episodes", "collect_states", "load_or_collect", "mix_prompts", "state_sample"]
