@@ -42,17 +42,24 @@ def main(cfg) -> None:
         return
     if Path(gcfg.openrlhf.save_path).resolve() != Path(p.grpo_model).resolve():
         raise ConfigError(f"grpo.openrlhf.save_path: must be the stage output {p.grpo_model} (a shared filesystem path)")
-    prompts = Path(p.work_dir) / "openrlhf" / "train.jsonl"
-    if states is not None:
-        mixed = Path(p.work_dir) / "openrlhf" / "samples.jsonl"
-        write_jsonl_atomic(mixed, mix_prompts([rec for _, rec in iter_jsonl(train)], states[0], gcfg.onpolicy.fraction, gcfg.seed))
-        write_prompt_data(mixed, prompts, image_prefix=str(train.parent))
-    else:
-        write_prompt_data(train, prompts)
+    prompts = openrlhf_prompts(train, states, gcfg, Path(p.work_dir) / "openrlhf")
     vision = any(rec.get("image") for _, rec in iter_jsonl(train))
     _, submit = build_openrlhf_job(gcfg, policy_path=policy_dir, prompt_data=str(prompts),
                                    reward_variant=reward.variant, vision=vision)
     subprocess.run(submit, check=True)
+
+
+def openrlhf_prompts(train: Path, states: tuple[list[dict], dict] | None, gcfg: GRPOConfig, out_dir: Path) -> Path:
+    """OpenRLHF's prompt file in ``out_dir``: the decomposed train samples, mixed with the on-policy states
+    (``grpo.onpolicy.fraction``) when there are any; image paths stay relative to the job's working dir."""
+    prompts = out_dir / "train.jsonl"
+    if states is None:
+        write_prompt_data(train, prompts)
+        return prompts
+    mixed = out_dir / "samples.jsonl"
+    write_jsonl_atomic(mixed, mix_prompts([rec for _, rec in iter_jsonl(train)], states[0], gcfg.onpolicy.fraction, gcfg.seed))
+    write_prompt_data(mixed, prompts, image_prefix=str(train.parent))
+    return prompts
 
 
 def _onpolicy_states(ctx, gcfg: GRPOConfig, policy_dir: str) -> tuple[list[dict], dict]:
