@@ -69,7 +69,8 @@ def _onpolicy_states(ctx, gcfg: GRPOConfig, policy_dir: str) -> tuple[list[dict]
     prompt_cfg = build(PromptConfig, ctx.section("prompt"), "prompt")
     episodes_path = Path(p.episodes_dir) / "train.jsonl"
     limits = EpisodeLimits()
-    key = fingerprint({"onpolicy": [oc.episodes, oc.batch_size, oc.max_new_tokens, oc.seed], "prompt": as_dict(prompt_cfg),
+    max_new_tokens = oc.max_new_tokens or gcfg.max_new_tokens
+    key = fingerprint({"onpolicy": [oc.episodes, oc.batch_size, max_new_tokens, oc.seed], "prompt": as_dict(prompt_cfg),
                        "limits": [limits.max_env_steps, limits.max_invalid_actions, limits.max_planner_calls],
                        "policy": file_identity(policy_dir), "episodes": file_identity(episodes_path)})
 
@@ -78,7 +79,7 @@ def _onpolicy_states(ctx, gcfg: GRPOConfig, policy_dir: str) -> tuple[list[dict]
             import torch
 
             torch.set_num_threads(gcfg.num_threads)
-        gen = make_generator(policy_dir, GenerationConfig(max_new_tokens=oc.max_new_tokens or gcfg.max_new_tokens,
+        gen = make_generator(policy_dir, GenerationConfig(max_new_tokens=max_new_tokens,
                                                           batch_size=oc.batch_size, temperature=0.0, seed=gcfg.seed))
         try:
             return collect_states(ModelPolicy(gen), choose_episodes(episodes_path, oc.episodes, oc.seed), prompt_cfg,

@@ -163,6 +163,11 @@ def test_the_stage_collects_states_with_the_checkpoint_and_reuses_them(tmp_path)
     assert saved.exists()
     again = stage._onpolicy_states(ctx, gcfg, str(tc.text_model()))
     assert again == (samples, summary)
+    # the answers' cap comes from grpo.max_new_tokens when onpolicy.max_new_tokens is 0: changing it recollects
+    meta = saved.with_suffix(".meta.json")
+    key = json.loads(meta.read_text())["key"]
+    stage._onpolicy_states(ctx, gcfg.replace(max_new_tokens=16), str(tc.text_model()))
+    assert json.loads(meta.read_text())["key"] != key
 
 
 def test_the_openrlhf_prompt_file_holds_the_states_and_the_decomposed_share(tmp_path):

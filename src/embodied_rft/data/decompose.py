@@ -112,12 +112,12 @@ def decompose_episode(
     recover = _recovery_steps(ep["episode_id"], k, recovery, seed)
     for n, (aid, name) in enumerate(pairs):
         sid = f"{ep['episode_id']}:{n}"
-        yield _sample(ep, sid, n, k, sim, history, pairs[n:], extras, scene_types, prompt_cfg, image_dir, image_prefix)
+        yield sample_record(ep, sid, n, k, sim, history, pairs[n:], extras, scene_types, prompt_cfg, image_dir, image_prefix)
         if n in recover:
             mistake = _mistake(sim, pairs, n, random.Random(f"{seed}:{sid}:mistake"))
             if mistake is not None:
                 after, entry = mistake
-                yield _sample(ep, sid + RECOVERY_SUFFIX, n, k, after, history + [entry], pairs[n:], extras, scene_types,
+                yield sample_record(ep, sid + RECOVERY_SUFFIX, n, k, after, history + [entry], pairs[n:], extras, scene_types,
                               prompt_cfg, image_dir, image_prefix)
         res = sim.step(aid)
         if not res.success:
@@ -125,8 +125,11 @@ def decompose_episode(
         history.append({"action_id": aid, "action_name": name, "feedback": res.feedback})
 
 
-def _sample(ep: dict, sid: str, n: int, k: int, sim, history: list[dict], remaining: list, extras: list[str],
-            scene_types: list[str], prompt_cfg: PromptConfig, image_dir: Path | None, image_prefix: str) -> dict:
+def sample_record(ep: dict, sid: str, n: int, k: int, sim, history: list[dict], remaining: list, extras: list[str],
+                  scene_types: list[str], prompt_cfg: PromptConfig, image_dir: Path | None, image_prefix: str) -> dict:
+    """The decomposed sample of ``sim``'s current state: step ``n`` of ``k``, the prompt as the evaluation builds
+    it, and a label with the ``remaining`` (id, name) plan; the frame is saved under ``image_dir`` if given.
+    (``grpo.onpolicy`` builds its states with it too.)"""
     obs = sim.observe_text()
     image = None
     if image_dir is not None:

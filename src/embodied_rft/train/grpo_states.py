@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import check
+from ..data.decompose import sample_record
 from ..data.jsonl import iter_jsonl, write_json_atomic, write_jsonl_atomic
 from ..data.prompt import PromptConfig
 from ..progress import progress
@@ -69,39 +70,21 @@ class OnPolicyConfig:
 
 
 def state_sample(run: Any) -> dict | None:
-    """The decomposed-format sample of an :class:`EpisodeRun`'s current state, or None when the symbolic
-    planner finds no plan to the goal from it."""
+    """The decomposed-format sample of an :class:`EpisodeRun`'s current state (the prompt it would send the
+    policy now, and the symbolic planner's plan from there as gold), or None when the planner finds no plan."""
     from ..world.planner import PlanError, plan_for
 
     try:
         names = plan_for(run.sim)
     except PlanError:
         return None
-    gold = []
-    for name in names:
-        aid = run.space.get_id(name)
-        if aid is None:  # pragma: no cover - the planner only emits actions of the scene's space
-            return None
-        gold.append([aid, name])
-    ep = run.episode
-    history = [dict(h) for h in run.history]
-    failed_last = bool(run.executed) and not run.executed[-1][2]
-    label = {"gold": gold, "extra_actions": [n for i, n in enumerate(run.space.names) if i >= N_GLOBAL]}
-    return {
-        "sample_id": f"{ep['episode_id']}{STATE_SUFFIX}{run.planner_calls}",
-        "episode_id": ep["episode_id"],
-        "step": len(history),
-        "num_steps": len(history) + len(gold),
-        "task_type": ep["task_type"],
-        "subset": ep.get("subset", "base"),
-        "instruction": ep["instruction"],
-        "history": history,
-        "observation": run.sim.observe_text(),
-        "image": None,
-        "failed_last": failed_last,
-        "prompt": run.messages(),
-        "label": json.dumps(label, separators=(",", ":")),
-    }
+    gold = [(run.space.get_id(name), name) for name in names]
+    n = len(run.history)
+    extras = [name for i, name in enumerate(run.space.names) if i >= N_GLOBAL]
+    sample = sample_record(run.episode, f"{run.episode['episode_id']}{STATE_SUFFIX}{run.planner_calls}", n, n + len(gold),
+                           run.sim, run.history, gold, extras, run.scene_types, run.prompt_cfg, None, "images")
+    sample["failed_last"] = bool(run.executed) and not run.executed[-1][2]
+    return sample
 
 
 def collect_states(
@@ -119,13 +102,16 @@ def collect_states(
     for start in progress(range(0, len(episodes), batch_size), desc="on-policy states", unit="batch"):
         active = [EpisodeRun(ep, prompt_cfg, limits) for ep in episodes[start : start + batch_size]]
         while active:
+            prompts = []
             for run in active:
                 s = state_sample(run)
                 if s is None:
                     unplannable += 1
+                    prompts.append(run.messages())
                 else:
                     samples.append(s)
-            responses = policy.plan([r.messages() for r in active], None, [r.context() for r in active])
+                    prompts.append(s["prompt"])  # the same messages the run would build
+            responses = policy.plan(prompts, None, [r.context() for r in active])
             still = []
             for run, text in zip(active, responses, strict=True):
                 run.apply(text if isinstance(text, str) else "")
