@@ -153,6 +153,29 @@ def test_kill_and_resume_reaches_the_same_step(data, tmp_path):
         assert torch.allclose(v, uninterrupted[k], atol=1e-6), k
 
 
+def test_a_retrained_policy_of_the_same_shape_does_not_resume_the_old_run(data, tmp_path):
+    """Same files, same sizes, other weights (the same SFT run trained longer): a new run, not a resume."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    cfg = tiny_cfg(max_updates=2, save_every=2, eval_max_samples=0)
+    policy = tmp_path / "policy"
+    shutil.copytree(sft_policy(), policy)
+    first = run(cfg, policy, data, tmp_path)
+    assert first["resumed"] is False and first["updates"] == 2
+    # an identical copy of the inputs resumes the finished run straight to its end
+    assert run(cfg, policy, data, tmp_path)["resumed"] is True
+
+    weights = policy / "model.safetensors"
+    before = weights.stat().st_size
+    tensors = load_file(weights)
+    save_file({k: v + 0.01 for k, v in tensors.items()}, weights, metadata={"format": "pt"})
+    assert weights.stat().st_size == before
+    again = run(cfg, policy, data, tmp_path)
+    assert again["resumed"] is False and again["updates"] == 2
+
+
 def test_kl_to_reference_and_sequence_mean_aggregation(data, tmp_path):
     cfg = tiny_cfg(max_updates=2, kl_coef=0.05, loss_agg="seq_mean_token_mean", eval_max_samples=0)
     m = run(cfg, sft_policy(), data, tmp_path)
