@@ -21,7 +21,8 @@ from embodied_rft.pipeline import stage_context
 from embodied_rft.reward import RewardConfig
 from embodied_rft.train.grpo_config import GRPOConfig
 from embodied_rft.train.grpo_local import run_grpo_local
-from embodied_rft.train.grpo_state import file_identity, fingerprint
+from embodied_rft.data.fingerprint import path_identity
+from embodied_rft.train.grpo_state import fingerprint
 from embodied_rft.train.grpo_states import choose_episodes, collect_states, load_or_collect, mix_prompts
 from embodied_rft.train.openrlhf import build_openrlhf_job, write_prompt_data
 from stages._hydra import stage_main
@@ -72,7 +73,7 @@ def _onpolicy_states(ctx, gcfg: GRPOConfig, policy_dir: str) -> tuple[list[dict]
     max_new_tokens = oc.max_new_tokens or gcfg.max_new_tokens
     key = fingerprint({"onpolicy": [oc.episodes, oc.batch_size, max_new_tokens, oc.seed], "prompt": as_dict(prompt_cfg),
                        "limits": [limits.max_env_steps, limits.max_invalid_actions, limits.max_planner_calls],
-                       "policy": file_identity(policy_dir), "episodes": file_identity(episodes_path)})
+                       "policy": path_identity(policy_dir), "episodes": path_identity(episodes_path)})
 
     def collect() -> tuple[list[dict], dict]:
         if gcfg.num_threads:

@@ -20,34 +20,18 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..data.fingerprint import folder_digests
 from ..data.jsonl import write_json_atomic
 
 log = logging.getLogger(__name__)
-
-# Files larger than this are identified by (size, mtime) instead of a content hash: hashing a 15 GB 7B
-# checkpoint on every evaluation would cost minutes; a retrained checkpoint is rewritten, so mtime changes.
-_HASH_LIMIT = 64 * 1024 * 1024
-
 
 def episode_hash(ep: dict) -> str:
     return hashlib.sha256(json.dumps(ep, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 
 
 def dir_fingerprint(path: str | os.PathLike) -> str:
-    """A digest of a checkpoint directory: names, sizes and contents (mtime for very large files)."""
-    root = Path(path)
-    h = hashlib.sha256()
-    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
-    for p in files:
-        st = p.stat()
-        h.update(f"{p.relative_to(root).as_posix()}\0{st.st_size}\0".encode())
-        if st.st_size <= _HASH_LIMIT:
-            with p.open("rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
-        else:
-            h.update(str(st.st_mtime_ns).encode())
-    return h.hexdigest()
+    """A digest of a checkpoint directory: its files' names and contents (:mod:`..data.fingerprint`'s rule)."""
+    return fingerprint(folder_digests(path))
 
 
 def fingerprint(obj: Any) -> str:

@@ -43,6 +43,7 @@ import torch
 from transformers import get_scheduler
 
 from ..config import as_dict
+from ..data.fingerprint import path_identity
 from ..data.jsonl import write_json_atomic
 from ..data.samples import read_samples
 from ..filtering import BufferBatch, GroupBuffer
@@ -55,7 +56,6 @@ from .grpo_ray import LocalRollout, RayRollout
 from .grpo_rollout import EncodedPrompt, PolicyIO, is_vision_model, sequence_logprobs
 from .grpo_state import (
     EngineState,
-    file_identity,
     fingerprint,
     load_checkpoint,
     load_weights,
@@ -442,8 +442,8 @@ def _run(
         {
             "config": as_dict(cfg),
             "reward": as_dict(reward),
-            "policy": file_identity(policy_dir),
-            "train": file_identity(train_samples_path),
+            "policy": path_identity(policy_dir),
+            "train": path_identity(train_samples_path),
             "states": fingerprint([(s["sample_id"], s["label"]) for s in states[0]]) if states is not None else None,
         }
     )

@@ -67,48 +67,6 @@ def fingerprint(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-# Files up to this size are hashed whole; a larger one (a multi-GB checkpoint shard) by its size and 64 blocks
-# of 1 MiB spread over it, so a 7B policy is identified in well under a second.
-FULL_HASH_BYTES = 64 << 20
-SAMPLED_BLOCKS = 64
-
-
-def file_identity(path: str | Path) -> dict:
-    """What identifies an input: a content hash for a file (so a DVC checkout of the same data matches), and
-    for a model folder each file's name, size and content hash.
-
-    Names and sizes alone are not enough: the same architecture trained longer or on other data has the same
-    files of the same sizes, and a GRPO run resumed from a checkpoint of another initial policy would pass for
-    the new one (it did, when the tiny preset's SFT steps changed).
-    """
-    p = Path(path)
-    if p.is_dir():
-        files = sorted(f for f in p.rglob("*") if f.is_file())
-        return {"files": [(str(f.relative_to(p)), f.stat().st_size, _content_hash(f)) for f in files]}
-    return {"size": p.stat().st_size, "sha256": _sha256(p)}
-
-
-def _content_hash(path: Path) -> str:
-    size = path.stat().st_size
-    if size <= FULL_HASH_BYTES:
-        return _sha256(path)
-    h = hashlib.sha256(str(size).encode())
-    block = 1 << 20
-    with path.open("rb") as fh:
-        for i in range(SAMPLED_BLOCKS):
-            fh.seek((size - block) * i // (SAMPLED_BLOCKS - 1))
-            h.update(fh.read(block))
-    return "sampled:" + h.hexdigest()
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def rng_state() -> dict:
     state = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -211,7 +169,6 @@ def save_pretrained_atomic(model: Any, tokenizer_or_processor: Any, out_dir: str
 
 __all__ = [
     "EngineState",
-    "file_identity",
     "fingerprint",
     "load_checkpoint",
     "load_weights",

@@ -10,13 +10,13 @@ not throw away hours of training.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
 from pathlib import Path
 
 from ..config import as_dict
+from ..data.fingerprint import file_digest, folder_digests
 from ..data.jsonl import write_text_atomic
 from .sft_config import SFTConfig
 
@@ -28,28 +28,10 @@ _NOT_TRAJECTORY = {
     "save_steps", "save_total_limit", "resume", "keep_checkpoints", "logging_steps", "report_to",
     "wandb_mode", "wandb_project", "dataloader_workers", "num_threads", "val",
 }
-# Files bigger than this are fingerprinted by size and mtime (hashing a 16 GB checkpoint takes minutes).
-_HASH_LIMIT = 64 * 1024 * 1024
-
-
-def _file_digest(path: Path) -> str:
-    st = path.stat()
-    if st.st_size > _HASH_LIMIT:
-        return f"size={st.st_size},mtime_ns={st.st_mtime_ns}"
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def run_fingerprint(cfg: SFTConfig, model_dir: Path, data_path: Path) -> dict:
     """What makes two runs the same training run (see the module docstring)."""
     settings = {k: v for k, v in as_dict(cfg).items() if k not in _NOT_TRAJECTORY}
-    model_files = {
-        str(p.relative_to(model_dir)): _file_digest(p) for p in sorted(model_dir.rglob("*")) if p.is_file()
-    }
-    return {"settings": settings, "model": model_files, "data": _file_digest(data_path)}
+    return {"settings": settings, "model": folder_digests(model_dir), "data": file_digest(data_path)}
 
 
 def _complete(ckpt: Path) -> bool:
