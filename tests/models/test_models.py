@@ -105,6 +105,28 @@ def test_phrase_tokenizer_keeps_names_and_numbers_apart_and_survives_a_reload(tm
         train_tokenizer(["x"], vocab_size=300, pre_split="chars")
 
 
+def test_a_reloaded_tokenizer_saves_the_same_config_online_or_offline(tmp_path: Path, tiny_dir: Path) -> None:
+    """Loading under HF_HUB_OFFLINE=1 (as `make` runs) or without it must save the same tokenizer_config.json:
+    transformers records ``local_files_only`` among the kwargs it writes back, which changed models/sft's DVC
+    hash between `make repro` and a bare `dvc repro` of the same run."""
+    from huggingface_hub import constants
+
+    from embodied_rft.models.factory import load_tokenizer
+
+    saved = []
+    for offline in (True, False):
+        constants.HF_HUB_OFFLINE = offline
+        try:
+            tok = load_tokenizer(tiny_dir)
+        finally:
+            constants.HF_HUB_OFFLINE = True
+        out = tmp_path / f"offline-{offline}"
+        tok.save_pretrained(out)
+        saved.append(json.loads((out / "tokenizer_config.json").read_text("utf-8")))
+    assert saved[0] == saved[1]
+    assert "local_files_only" not in saved[0] and saved[0]["tokenizer_class"] == "TokenizersBackend"
+
+
 def test_chat_template_renders_chatml_and_masks_only_the_answer(tiny_dir: Path) -> None:
     _, tok = load_model(tiny_dir)
     msgs = [

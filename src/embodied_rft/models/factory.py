@@ -144,8 +144,19 @@ def load_tokenizer(path: Path, cfg: ModelConfig | None = None) -> Any:
     if declared == "TokenizersBackend":
         from transformers import TokenizersBackend
 
-        return TokenizersBackend.from_pretrained(path)
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=bool(cfg and cfg.trust_remote_code))
+        tok = TokenizersBackend.from_pretrained(path)
+    else:
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=bool(cfg and cfg.trust_remote_code))
+    # transformers records how it was loaded (``local_files_only``, from HF_HUB_OFFLINE) among the init kwargs
+    # that save_pretrained writes back, so the same SFT run saved a different tokenizer_config.json -- and a new
+    # DVC hash for models/sft -- under `make repro` (offline) than under a bare `dvc repro`
+    for key in _LOAD_ONLY_KWARGS:
+        tok.init_kwargs.pop(key, None)
+    return tok
+
+
+# from_pretrained arguments that describe the loading environment, not the tokenizer
+_LOAD_ONLY_KWARGS = ("local_files_only",)
 
 
 def _finish(model: Any, for_training: bool) -> Any:
