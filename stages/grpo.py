@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from embodied_rft.config import ConfigError, as_dict, build
+from embodied_rft.data.fingerprint import path_identity
 from embodied_rft.data.jsonl import iter_jsonl, write_jsonl_atomic
 from embodied_rft.data.prompt import PromptConfig
 from embodied_rft.evaluate.config import EpisodeLimits
@@ -21,7 +22,6 @@ from embodied_rft.pipeline import stage_context
 from embodied_rft.reward import RewardConfig
 from embodied_rft.train.grpo_config import GRPOConfig
 from embodied_rft.train.grpo_local import run_grpo_local
-from embodied_rft.data.fingerprint import path_identity
 from embodied_rft.train.grpo_state import fingerprint
 from embodied_rft.train.grpo_states import choose_episodes, collect_states, load_or_collect, mix_prompts
 from embodied_rft.train.openrlhf import build_openrlhf_job, write_prompt_data

@@ -105,26 +105,33 @@ def test_phrase_tokenizer_keeps_names_and_numbers_apart_and_survives_a_reload(tm
         train_tokenizer(["x"], vocab_size=300, pre_split="chars")
 
 
-def test_a_reloaded_tokenizer_saves_the_same_config_online_or_offline(tmp_path: Path, tiny_dir: Path) -> None:
-    """Loading under HF_HUB_OFFLINE=1 (as `make` runs) or without it must save the same tokenizer_config.json:
-    transformers records ``local_files_only`` among the kwargs it writes back, which changed models/sft's DVC
-    hash between `make repro` and a bare `dvc repro` of the same run."""
+def test_a_reloaded_tokenizer_saves_the_same_config_online_or_offline(
+    tmp_path: Path, tiny_dir: Path, tiny_vl_dir: Path
+) -> None:
+    """Loading under HF_HUB_OFFLINE=1 (as `make` runs) or without it must save the same tokenizer_config.json,
+    for a text model's tokenizer and a vision model's processor: transformers records ``local_files_only``
+    among the kwargs it writes back, which changed models/sft's DVC hash between `make repro` and a bare
+    `dvc repro` of the same run."""
     from huggingface_hub import constants
 
     from embodied_rft.models.factory import load_tokenizer
+    from embodied_rft.models.processor import load_processor
 
-    saved = []
-    for offline in (True, False):
-        constants.HF_HUB_OFFLINE = offline
-        try:
-            tok = load_tokenizer(tiny_dir)
-        finally:
-            constants.HF_HUB_OFFLINE = True
-        out = tmp_path / f"offline-{offline}"
-        tok.save_pretrained(out)
-        saved.append(json.loads((out / "tokenizer_config.json").read_text("utf-8")))
-    assert saved[0] == saved[1]
-    assert "local_files_only" not in saved[0] and saved[0]["tokenizer_class"] == "TokenizersBackend"
+    before = constants.HF_HUB_OFFLINE
+    for name, load in (("text", lambda: load_tokenizer(tiny_dir)), ("vision", lambda: load_processor(tiny_vl_dir))):
+        saved = []
+        for offline in (True, False):
+            constants.HF_HUB_OFFLINE = offline
+            try:
+                tok = load()
+            finally:
+                constants.HF_HUB_OFFLINE = before
+            out = tmp_path / f"{name}-offline-{offline}"
+            tok.save_pretrained(out)
+            saved.append(json.loads((out / "tokenizer_config.json").read_text("utf-8")))
+        assert saved[0] == saved[1], name
+        assert "local_files_only" not in saved[0], name
+        assert saved[0]["tokenizer_class"] == "TokenizersBackend", name
 
 
 def test_chat_template_renders_chatml_and_masks_only_the_answer(tiny_dir: Path) -> None:

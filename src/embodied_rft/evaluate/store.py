@@ -25,6 +25,7 @@ from ..data.jsonl import write_json_atomic
 
 log = logging.getLogger(__name__)
 
+
 def episode_hash(ep: dict) -> str:
     return hashlib.sha256(json.dumps(ep, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
 

@@ -27,6 +27,7 @@ from .integrity import check_checkpoint
 from .pretrained import copy_checkpoint, load_gguf, resolve_checkpoint
 from .processor import load_processor
 from .tiny import build_tiny
+from .tokenizer import forget_load_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -144,19 +145,8 @@ def load_tokenizer(path: Path, cfg: ModelConfig | None = None) -> Any:
     if declared == "TokenizersBackend":
         from transformers import TokenizersBackend
 
-        tok = TokenizersBackend.from_pretrained(path)
-    else:
-        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=bool(cfg and cfg.trust_remote_code))
-    # transformers records how it was loaded (``local_files_only``, from HF_HUB_OFFLINE) among the init kwargs
-    # that save_pretrained writes back, so the same SFT run saved a different tokenizer_config.json -- and a new
-    # DVC hash for models/sft -- under `make repro` (offline) than under a bare `dvc repro`
-    for key in _LOAD_ONLY_KWARGS:
-        tok.init_kwargs.pop(key, None)
-    return tok
-
-
-# from_pretrained arguments that describe the loading environment, not the tokenizer
-_LOAD_ONLY_KWARGS = ("local_files_only",)
+        return forget_load_kwargs(TokenizersBackend.from_pretrained(path))
+    return forget_load_kwargs(AutoTokenizer.from_pretrained(path, trust_remote_code=bool(cfg and cfg.trust_remote_code)))
 
 
 def _finish(model: Any, for_training: bool) -> Any:

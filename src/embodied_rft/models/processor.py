@@ -18,6 +18,8 @@ from typing import Any
 
 from transformers import Qwen2_5_VLProcessor
 
+from .tokenizer import forget_load_kwargs
+
 log = logging.getLogger(__name__)
 
 
@@ -51,10 +53,10 @@ def load_processor(path: str | Path, *, trust_remote_code: bool = False) -> Any:
 
     path = Path(path)
     if _processor_class(path) == ImageOnlyQwen2_5_VLProcessor.__name__:
-        return ImageOnlyQwen2_5_VLProcessor.from_pretrained(path)
+        return forget_load_kwargs(ImageOnlyQwen2_5_VLProcessor.from_pretrained(path))
     try:
-        return AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+        return forget_load_kwargs(AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code))
     except (ImportError, AttributeError, ValueError, TypeError) as exc:
         # Without torchvision the stock processor cannot build its video processor; images still work.
         log.info("stock processor unavailable in %s (%s); using the image-only Qwen2.5-VL processor", path, exc)
-        return ImageOnlyQwen2_5_VLProcessor.from_pretrained(path)
+        return forget_load_kwargs(ImageOnlyQwen2_5_VLProcessor.from_pretrained(path))

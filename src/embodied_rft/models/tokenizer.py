@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from .chat_template import END_OF_TEXT, IM_END, TEXT_SPECIAL_TOKENS, VISION_SPECIAL_TOKENS, chatml_template
 
@@ -111,3 +112,20 @@ def train_tokenizer(
     )
     fast.chat_template = chatml_template(vision=vision)
     return fast
+
+
+# from_pretrained arguments that describe the loading environment, not the tokenizer
+_LOAD_ONLY_KWARGS = ("local_files_only",)
+
+
+def forget_load_kwargs(tok_or_processor: Any) -> Any:
+    """Drop what transformers recorded about *how* a tokenizer was loaded (``local_files_only``, from
+    HF_HUB_OFFLINE) from the init kwargs ``save_pretrained`` writes back, for a tokenizer or a processor's
+    tokenizer. Otherwise the same run saves a different ``tokenizer_config.json`` -- and a new DVC hash for
+    ``models/sft`` -- under `make repro` (offline) than under a bare `dvc repro`."""
+    for tok in (tok_or_processor, getattr(tok_or_processor, "tokenizer", None)):
+        kwargs = getattr(tok, "init_kwargs", None)
+        if isinstance(kwargs, dict):
+            for key in _LOAD_ONLY_KWARGS:
+                kwargs.pop(key, None)
+    return tok_or_processor
