@@ -45,6 +45,25 @@ def test_summary_is_mean_and_sample_sd_with_ordering_checks(tmp_path: Path) -> N
     assert out["grpo_heldout"]["grpo heldout reward after"]["values"] == pytest.approx([0.6, 0.7, 0.8])
     text = seeds.render(out)
     assert "| SFT | 25.0 ± 5.0 |" in text and "| base < SFT | +23.3 |" in text and "| base < SFT |" in text and "proxy" in text
+    # these grpo.json files predate the per-prompt comparison: nothing pooled, nothing rendered
+    assert out["grpo_heldout_paired"] is None and "prompt by prompt" not in text
+
+
+def test_heldout_prompt_pairs_are_pooled_over_seeds(tmp_path: Path) -> None:
+    runs = {}
+    for s, (up, down, ob, oa) in enumerate([(30, 10, 2, 6), (20, 20, 3, 3), (25, 15, 1, 5)]):
+        runs[s] = tmp_path / f"seed-{s}"
+        _eval(runs[s], {"base": 0.0, "sft": 20.0, "grpo": 25.0})
+        paired = {"n": 300, "reward": {"up": up, "down": down, "same": 300 - up - down, "mean_diff": 0.01 * s},
+                  "accuracy_full": {"only_before": ob, "only_after": oa}}
+        (runs[s] / "metrics" / "grpo.json").write_text(json.dumps({"heldout": {"paired": paired}}))
+    hp = seeds.summarise(runs, ablation=False)["grpo_heldout_paired"]
+    assert (hp["prompts"], hp["reward_up"], hp["reward_down"]) == (900, 75, 45)
+    assert (hp["accuracy_full_only_before"], hp["accuracy_full_only_after"]) == (6, 14)
+    assert hp["reward_p_sign"] == pytest.approx(seeds.mcnemar_exact(45, 75))
+    assert hp["accuracy_full_p_mcnemar"] == pytest.approx(seeds.mcnemar_exact(6, 14))
+    assert hp["reward_mean_diff_per_seed"] == [0.0, 0.01, 0.02]
+    assert "higher after GRPO on 75, lower on 45" in seeds.render(seeds.summarise(runs, ablation=False))
 
 
 def test_a_gap_inside_the_spread_is_not_called_beyond_it(tmp_path: Path) -> None:

@@ -163,6 +163,7 @@ def summarise(runs: dict[int, Path], ablation: bool) -> dict[str, Any]:
     per_model: dict[str, dict[str, list[float]]] = {}
     offline: dict[str, list[float]] = {}
     pairs: dict[str, list[dict]] = {}
+    held_pairs: list[dict] = []  # grpo.json heldout.paired per seed (prompt-by-prompt, SFT vs GRPO)
     for seed, root in sorted(runs.items()):
         ev_file = root / "metrics" / "eval.json"
         ev = json.loads(ev_file.read_text("utf-8"))
@@ -186,6 +187,8 @@ def summarise(runs: dict[int, Path], ablation: bool) -> dict[str, Any]:
                     v = (held.get(when) or {}).get(k)
                     if v is not None:
                         offline.setdefault(f"grpo heldout {k} {when}", []).append(float(v))
+            if held.get("paired"):
+                held_pairs.append(held["paired"])
     stats: dict[str, Any] = {}
     for label, subsets in per_model.items():
         stats[label] = {}
@@ -220,13 +223,35 @@ def summarise(runs: dict[int, Path], ablation: bool) -> dict[str, Any]:
             "p_mcnemar": mcnemar_exact(only_a, only_b),
         }
     off = {k: dict(zip(("mean", "sd"), _mean_sd(v), strict=True), values=v) for k, v in offline.items()}
+    held_pooled = _pool_heldout(held_pairs) if held_pairs and len(held_pairs) == len(runs) else None
     return {
         "seeds": sorted(runs),
         "success": stats,
         "ordering": checks,
         "paired": paired_stats,
         "grpo_heldout": off,
+        "grpo_heldout_paired": held_pooled,
         "proxy": True,
+    }
+
+
+def _pool_heldout(per_seed: list[dict]) -> dict[str, Any]:
+    """GRPO's held-out prompt-by-prompt comparisons (``grpo.json`` ``heldout.paired``) pooled over seeds:
+    prompts whose reward went up / down, exact sign test; prompts solved exactly only before / only after,
+    exact McNemar test; each seed's mean reward difference."""
+    up = sum(p["reward"]["up"] for p in per_seed)
+    down = sum(p["reward"]["down"] for p in per_seed)
+    ob = sum(p["accuracy_full"]["only_before"] for p in per_seed)
+    oa = sum(p["accuracy_full"]["only_after"] for p in per_seed)
+    return {
+        "prompts": sum(p["n"] for p in per_seed),
+        "reward_mean_diff_per_seed": [p["reward"]["mean_diff"] for p in per_seed],
+        "reward_up": up,
+        "reward_down": down,
+        "reward_p_sign": mcnemar_exact(down, up),
+        "accuracy_full_only_before": ob,
+        "accuracy_full_only_after": oa,
+        "accuracy_full_p_mcnemar": mcnemar_exact(ob, oa),
     }
 
 
@@ -272,6 +297,16 @@ def render(summary: dict[str, Any]) -> str:
         lines += ["", "| GRPO held-out (greedy, decomposed val prompts) | mean ± s.d. | per seed |", "|---|---|---|"]
         for k, v in sorted(summary["grpo_heldout"].items()):
             lines.append(f"| {k} | {v['mean']:.3f} ± {v['sd']:.3f} | {', '.join(f'{x:.3f}' for x in v['values'])} |")
+    hp = summary.get("grpo_heldout_paired")
+    if hp:
+        lines += [
+            "",
+            f"GRPO held-out, prompt by prompt, pooled over the seeds ({hp['prompts']} prompt pairs): reward higher after "
+            f"GRPO on {hp['reward_up']}, lower on {hp['reward_down']} (sign test p = {hp['reward_p_sign']:.3g}); "
+            f"solved exactly only before {hp['accuracy_full_only_before']}, only after {hp['accuracy_full_only_after']} "
+            f"(McNemar p = {hp['accuracy_full_p_mcnemar']:.3g}); mean reward change per seed "
+            + ", ".join(f"{x:+.3f}" for x in hp["reward_mean_diff_per_seed"]) + ".",
+        ]
     return "\n".join(lines) + "\n"
 
 

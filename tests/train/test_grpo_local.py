@@ -90,6 +90,12 @@ def test_end_to_end_changes_weights_and_writes_metrics(data, tmp_path):
     h = on_disk["heldout"]
     assert h["before"]["n"] == 4 and h["after"]["n"] == 4
     assert h["reward_gain"] == pytest.approx(h["after"]["reward"] - h["before"]["reward"], abs=1e-6)
+    # the per-prompt comparison covers the same 4 prompts and agrees with the difference of means
+    pr = h["paired"]
+    assert pr["n"] == 4 and pr["reward"]["up"] + pr["reward"]["down"] + pr["reward"]["same"] == 4
+    assert pr["reward"]["mean_diff"] == pytest.approx(h["reward_gain"], abs=1e-5)
+    assert pr["reward"]["ci95"][0] <= pr["reward"]["mean_diff"] <= pr["reward"]["ci95"][1]
+    assert "samples" not in h["before"] and "samples" not in h["after"]
     rows = list(csv.DictReader((tmp_path / "plots.csv").open()))
     assert [int(r["update"]) for r in rows] == [1, 2, 3, 4]
     assert float(rows[-1]["reward_mean"]) == pytest.approx(on_disk["history"][-1]["reward_mean"])

@@ -4,8 +4,10 @@ Inputs: the policy being trained (or the SFT model it starts from), its :class:`
 prompts. Output: a dict of means — ``reward`` (max 1.5), ``accuracy_full`` (exact remaining plan),
 ``accuracy`` (the prefix term, which CALIBRATION.md asks to report beside the reward because the format
 terms give ≈ 0.5 to any valid JSON), ``json_valid`` (a JSON object with all four EB keys), the format terms,
-mean response tokens and the share cut at the token cap. Run before and after GRPO, it makes "GRPO raised
-held-out reward over the SFT model" (or not) visible in ``metrics/grpo.json``.
+mean response tokens and the share cut at the token cap, and ``samples``: each prompt's ``[reward,
+accuracy_full]`` in prompt order. Run before and after GRPO, it makes "GRPO raised held-out reward over the SFT
+model" (or not) visible in ``metrics/grpo.json``; :func:`paired_gain` compares the two runs prompt by prompt
+(the same prompts, greedy), so a gain comes with its own uncertainty instead of a bare difference of means.
 
 This is an offline one-shot check (plan vs. gold), not the interactive simulator evaluation of the
 ``evaluate`` stage; it uses the same prompt encoding as the rollouts so the numbers are comparable.
@@ -14,9 +16,11 @@ This is an offline one-shot check (plan vs. gold), not the interactive simulator
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Sequence
 from typing import Any
 
+from ..evaluate.aggregate import mcnemar_exact
 from ..reward import RewardConfig
 from .grpo_rollout import EncodedPrompt, PolicyIO, sample_responses
 
@@ -38,6 +42,7 @@ def evaluate_greedy(
         return {"n": 0}
     sums = dict.fromkeys(("reward", "accuracy_full", "accuracy", "json_valid", "structure", "valid", "match"), 0.0)
     tokens = truncated = 0
+    rows: list[list[float]] = []
     eos = set(io.eos_ids)
     for s in range(0, len(prompts), batch_size):
         chunk = prompts[s : s + batch_size]
@@ -53,13 +58,54 @@ def evaluate_greedy(
             sums["structure"] += rb.structure
             sums["valid"] += rb.valid
             sums["match"] += rb.match
+            rows.append([round(rb.total, 6), rb.accuracy_full])
             tokens += len(resp)
             truncated += 0 if resp and resp[-1] in eos else 1
     n = len(prompts)
     out = {"n": n, **{k: round(v / n, 6) for k, v in sums.items()}}
     out["response_tokens"] = round(tokens / n, 2)
     out["truncated"] = round(truncated / n, 6)
+    out["samples"] = rows
     return out
 
 
-__all__ = ["evaluate_greedy"]
+def paired_gain(before: Sequence[Sequence[float]], after: Sequence[Sequence[float]], *, resamples: int = 2000, seed: int = 0) -> dict:
+    """Prompt-by-prompt comparison of two greedy runs on the same held-out prompts (``samples`` rows of
+    :func:`evaluate_greedy`, same order).
+
+    ``reward``: how many prompts scored higher / lower / the same after, the mean difference, its 95% paired
+    bootstrap interval (``resamples`` draws of the prompts, fixed ``seed``) and the exact two-sided sign-test
+    p-value of up vs down. ``accuracy_full``: prompts solved exactly only before / only after, and the exact
+    McNemar p-value. A gain whose interval includes 0 is not a gain this sample can show."""
+    if len(before) != len(after):
+        raise ValueError(f"paired_gain: {len(before)} prompts before GRPO but {len(after)} after; they must be the same prompts")
+    if not before:
+        raise ValueError("paired_gain: no held-out prompts to compare")
+    d = [float(a[0]) - float(b[0]) for b, a in zip(before, after)]
+    n = len(d)
+    up = sum(1 for x in d if x > 1e-9)
+    down = sum(1 for x in d if x < -1e-9)
+    rng = random.Random(seed)
+    means = sorted(sum(d[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+    lo, hi = means[int(0.025 * resamples)], means[min(resamples - 1, int(0.975 * resamples))]
+    only_before = sum(1 for b, a in zip(before, after) if b[1] and not a[1])
+    only_after = sum(1 for b, a in zip(before, after) if a[1] and not b[1])
+    return {
+        "n": n,
+        "reward": {
+            "up": up,
+            "down": down,
+            "same": n - up - down,
+            "mean_diff": round(sum(d) / n, 6),
+            "ci95": [round(lo, 6), round(hi, 6)],
+            "p_sign": round(mcnemar_exact(down, up), 4),
+        },
+        "accuracy_full": {
+            "only_before": only_before,
+            "only_after": only_after,
+            "p_mcnemar": round(mcnemar_exact(only_before, only_after), 4),
+        },
+    }
+
+
+__all__ = ["evaluate_greedy", "paired_gain"]

@@ -49,7 +49,7 @@ from ..data.samples import read_samples
 from ..filtering import BufferBatch, GroupBuffer
 from ..reward import RewardConfig
 from .grpo_config import GRPOConfig
-from .grpo_eval import evaluate_greedy
+from .grpo_eval import evaluate_greedy, paired_gain
 from .grpo_log import RunTracker
 from .grpo_loss import group_advantages
 from .grpo_ray import LocalRollout, RayRollout
@@ -452,7 +452,7 @@ def _run(
     st = eng.state
     if cfg.eval_max_samples and st.eval_before is None:
         st.eval_before = eng.evaluate()
-        log.info("held-out before GRPO: %s", st.eval_before)
+        log.info("held-out before GRPO: %s", _means(st.eval_before))
     tracker = RunTracker(cfg.report_to, cfg.wandb_mode, cfg.wandb_project, Path(work_dir), as_dict(cfg), st.history, st.wandb_id)
     st.wandb_id = tracker.run_id
     if cfg.num_rollout_workers > 0:
@@ -492,7 +492,7 @@ def _run(
         )
     eval_after = eng.evaluate() if cfg.eval_max_samples else None
     if eval_after is not None:
-        log.info("held-out after GRPO: %s", eval_after)
+        log.info("held-out after GRPO: %s", _means(eval_after))
     save_pretrained_atomic(eng.model, eng.tokenizer, out_dir)
     if cfg.save_every:
         eng.checkpoint()  # the finished state: a rerun with the same inputs resumes straight to the end
@@ -506,18 +506,27 @@ def _run(
     return metrics
 
 
+def _means(ev: dict) -> dict:
+    """An ``evaluate_greedy`` result without its per-prompt rows (for logs and metrics)."""
+    return {k: v for k, v in ev.items() if k != "samples"}
+
+
 def _metrics(cfg: GRPOConfig, eng: GRPOEngine, stop_reason: str, resumed: bool, eval_after: dict | None, wall: float) -> dict:
     st = eng.state
     before = st.eval_before
     heldout = None
     if before and eval_after and before.get("n"):
         heldout = {
-            "before": before,
-            "after": eval_after,
+            "before": _means(before),
+            "after": _means(eval_after),
             "reward_gain": round(eval_after["reward"] - before["reward"], 6),
             "accuracy_full_gain": round(eval_after["accuracy_full"] - before["accuracy_full"], 6),
             "json_valid_gain": round(eval_after["json_valid"] - before["json_valid"], 6),
         }
+        # prompt by prompt, with a bootstrap interval and exact tests (a checkpoint from before the per-prompt
+        # rows existed has none: then only the difference of means above)
+        if "samples" in before and "samples" in eval_after:
+            heldout["paired"] = paired_gain(before["samples"], eval_after["samples"], seed=cfg.seed)
     gen_s = st.seconds.get("generate", 0.0)
     total_s = sum(st.seconds.values())
     final = dict(st.history[-1]) if st.history else {}
