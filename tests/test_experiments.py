@@ -53,3 +53,21 @@ def test_bad_override_fails_at_make_params_naming_the_key(repo_root, tmp_path):
                        capture_output=True, text=True, cwd=repo_root)
     assert r.returncode == 2 and "data.generator.n_train: must be >= 0" in r.stderr
     assert not (tmp_path / "p.yaml").exists()
+
+
+def test_the_makefiles_dvc_experiments_set_real_keys_to_valid_values(repo_root):
+    # `make grpo-long` and `make ablation-no-sft` pass `-S key=value` to `dvc exp run`; a renamed key would only
+    # fail an hour into a run, so each set of overrides must compose and validate here
+    import re
+
+    text = (repo_root / "Makefile").read_text("utf-8")
+    long_ = re.search(r"^GRPO_LONG := (.+)$", text, re.M).group(1)
+    overrides = re.findall(r"-S (\S+)", long_)
+    assert overrides == ["grpo.max_updates=240", "grpo.lr=1e-4", "grpo.filter.updates_per_buffer=2"]
+    g = section_configs(compose(repo_root / "conf", overrides))["grpo"]
+    assert (g.max_updates, g.lr, g.filter.updates_per_buffer) == (240, 1e-4, 2)
+    default = section_configs(compose(repo_root / "conf"))["grpo"]
+    assert g.max_updates == 10 * default.max_updates and g.group_size == default.group_size
+    abl = re.findall(r"exp run -S (\S+)", text)
+    assert "grpo.init=base" in abl
+    assert section_configs(compose(repo_root / "conf", ["grpo.init=base"]))["grpo"].init == "base"

@@ -55,7 +55,7 @@ def test_heldout_prompt_pairs_are_pooled_over_seeds(tmp_path: Path) -> None:
         runs[s] = tmp_path / f"seed-{s}"
         _eval(runs[s], {"base": 0.0, "sft": 20.0, "grpo": 25.0})
         paired = {"n": 300, "reward": {"up": up, "down": down, "same": 300 - up - down, "mean_diff": 0.01 * s},
-                  "accuracy_full": {"only_before": ob, "only_after": oa}}
+                  "accuracy_full": {"only_a": ob, "only_b": oa}}
         (runs[s] / "metrics" / "grpo.json").write_text(json.dumps({"heldout": {"paired": paired}}))
     hp = seeds.summarise(runs, ablation=False)["grpo_heldout_paired"]
     assert (hp["prompts"], hp["reward_up"], hp["reward_down"]) == (900, 75, 45)

@@ -241,8 +241,8 @@ def _pool_heldout(per_seed: list[dict]) -> dict[str, Any]:
     exact McNemar test; each seed's mean reward difference."""
     up = sum(p["reward"]["up"] for p in per_seed)
     down = sum(p["reward"]["down"] for p in per_seed)
-    ob = sum(p["accuracy_full"]["only_before"] for p in per_seed)
-    oa = sum(p["accuracy_full"]["only_after"] for p in per_seed)
+    ob = sum(p["accuracy_full"]["only_a"] for p in per_seed)
+    oa = sum(p["accuracy_full"]["only_b"] for p in per_seed)
     return {
         "prompts": sum(p["n"] for p in per_seed),
         "reward_mean_diff_per_seed": [p["reward"]["mean_diff"] for p in per_seed],

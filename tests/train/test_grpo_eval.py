@@ -16,7 +16,8 @@ def test_counts_mean_and_exact_tests_by_hand():
     # 2 vs 2: the sign test cannot tell them apart
     assert out["reward"]["p_sign"] == 1.0
     # prompt 0 solved only after, prompt 4 only before: McNemar 1 vs 1 -> p = 1
-    assert out["accuracy_full"] == {"only_before": 1, "only_after": 1, "p_mcnemar": 1.0}
+    acc = out["accuracy_full"]
+    assert (acc["only_a"], acc["only_b"], acc["both"], acc["neither"], acc["p_mcnemar"]) == (1, 1, 1, 2, 1.0)
     lo, hi = out["reward"]["ci95"]
     assert -1.0 <= lo < 0.05 < hi <= 1.0
 
@@ -29,7 +30,8 @@ def test_a_gain_on_every_prompt_is_significant_and_its_interval_excludes_zero():
     # sign test 12 vs 0: 2 / 2**12
     assert out["reward"]["p_sign"] == pytest.approx(round(2 / 2**12, 4))
     assert out["reward"]["ci95"][0] > 0.0
-    assert out["accuracy_full"]["only_after"] == 6 and out["accuracy_full"]["p_mcnemar"] == pytest.approx(round(2 / 2**6, 4))
+    assert out["accuracy_full"]["only_b"] == 6 and out["accuracy_full"]["p_mcnemar"] == pytest.approx(round(2 / 2**6, 4))
+    assert out["accuracy_full"]["gap"] == pytest.approx(50.0)
 
 
 def test_the_interval_is_reproducible_and_mismatched_runs_are_refused():

@@ -20,7 +20,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from ..evaluate.aggregate import mcnemar_exact
+from ..evaluate.aggregate import mcnemar_exact, paired
 from ..reward import RewardConfig
 from .grpo_rollout import EncodedPrompt, PolicyIO, sample_responses
 
@@ -75,8 +75,9 @@ def paired_gain(before: Sequence[Sequence[float]], after: Sequence[Sequence[floa
 
     ``reward``: how many prompts scored higher / lower / the same after, the mean difference, its 95% paired
     bootstrap interval (``resamples`` draws of the prompts, fixed ``seed``) and the exact two-sided sign-test
-    p-value of up vs down. ``accuracy_full``: prompts solved exactly only before / only after, and the exact
-    McNemar p-value. A gain whose interval includes 0 is not a gain this sample can show."""
+    p-value of up vs down. ``accuracy_full``: the evaluate stage's paired comparison
+    (:func:`embodied_rft.evaluate.aggregate.paired`, prompts for episodes: ``only_a`` solved exactly only before,
+    ``only_b`` only after, the exact McNemar p-value). A gain whose interval includes 0 is not a gain this sample can show."""
     if len(before) != len(after):
         raise ValueError(f"paired_gain: {len(before)} prompts before GRPO but {len(after)} after; they must be the same prompts")
     if not before:
@@ -88,8 +89,6 @@ def paired_gain(before: Sequence[Sequence[float]], after: Sequence[Sequence[floa
     rng = random.Random(seed)
     means = sorted(sum(d[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
     lo, hi = means[int(0.025 * resamples)], means[min(resamples - 1, int(0.975 * resamples))]
-    only_before = sum(1 for b, a in zip(before, after) if b[1] and not a[1])
-    only_after = sum(1 for b, a in zip(before, after) if a[1] and not b[1])
     return {
         "n": n,
         "reward": {
@@ -100,11 +99,7 @@ def paired_gain(before: Sequence[Sequence[float]], after: Sequence[Sequence[floa
             "ci95": [round(lo, 6), round(hi, 6)],
             "p_sign": round(mcnemar_exact(down, up), 4),
         },
-        "accuracy_full": {
-            "only_before": only_before,
-            "only_after": only_after,
-            "p_mcnemar": round(mcnemar_exact(only_before, only_after), 4),
-        },
+        "accuracy_full": paired({str(i): bool(b[1]) for i, b in enumerate(before)}, {str(i): bool(a[1]) for i, a in enumerate(after)}),
     }
 
 
