@@ -74,6 +74,24 @@ def test_min_prefix_and_validate_none_accept_more(tmp_path):
     _, none = _run(tmp_path, _cfg(scripted=noisy, max_attempts=1, validate="none"), tag="none")
     assert strict["accepted"] == 0
     assert none["accepted"] == len(SAMPLES) - none["failures"]["invalid_plan"] > 0
+    # every kept plan was corrupted: none of them is the gold plan, and the metrics say so
+    assert none["kept_gold_plans"] == 0 and none["kept_gold_rate"] == 0.0
+
+
+def test_kept_gold_rate_measures_the_teachers_habit_when_plans_are_not_checked(tmp_path):
+    from embodied_rft.teacher.scripted import parse_label
+
+    samples = make_samples(40)
+    opening = sum(any(n.startswith("open the") for _, n in parse_label(s)[0]) for s in samples)
+    _, gold = _run(tmp_path, _cfg(), samples=samples, tag="gold")
+    out, m = _run(tmp_path, _cfg(scripted={"forget_open_rate": 1.0}, validate="none"), samples=samples, tag="habit")
+    assert gold["kept_gold_plans"] == gold["accepted"] == len(samples) and gold["kept_gold_rate"] == 1.0
+    # at rate 1 exactly the samples whose plan opens a container are kept with a wrong plan
+    assert opening > 0 and m["accepted"] == len(samples)
+    assert m["kept_gold_plans"] == len(samples) - opening
+    for line in out.read_text().splitlines():
+        plan = json.loads(json.loads(line)["messages"][2]["content"])["executable_plan"]
+        assert not any(st["action_name"].startswith("open the") for st in plan)
 
 
 def test_budget_stops_with_what_it_has(tmp_path):

@@ -134,3 +134,49 @@ def test_brief_verbosity_keeps_all_fields_valid_and_short():
         n_full += len(full.ask(s, 0).text)
         n_brief += len(text)
     assert n_brief < 0.75 * n_full, (n_brief, n_full)
+
+
+def test_forget_open_drops_each_opening_and_its_closing_only():
+    from embodied_rft.teacher.scripted import forget_open
+
+    plan = [(1, "find a Fridge"), (2, "open the Fridge"), (3, "pick up the Apple"), (4, "close the Fridge"),
+            (5, "find a Drawer_2"), (6, "close the Drawer_2"), (7, "open the Cabinet_2"),
+            (8, "put down the object in hand")]
+    # the Drawer_2 close stays: its opening was not in the plan (it was open already)
+    assert forget_open(plan) == [(1, "find a Fridge"), (3, "pick up the Apple"), (5, "find a Drawer_2"),
+                                 (6, "close the Drawer_2"), (8, "put down the object in hand")]
+    assert forget_open([(1, "find a Apple")]) == [(1, "find a Apple")]
+
+
+@pytest.mark.parametrize("verbosity", ["full", "brief"])
+def test_forget_open_rate_is_a_systematic_habit_on_plans_that_open(verbosity):
+    from embodied_rft.teacher.scripted import forget_open
+
+    rate = 0.6
+    plain = ScriptedTeacher(ScriptedConfig(seed=5, verbosity=verbosity))
+    habit = ScriptedTeacher(ScriptedConfig(seed=5, verbosity=verbosity, forget_open_rate=rate))
+    opening = forgot = 0
+    for s in SAMPLES:
+        gold, _ = parse_label(s)
+        a = habit.respond(s)
+        plan = [(st["action_id"], st["action_name"]) for st in a["executable_plan"]]
+        if not any(n.startswith("open the") for _, n in gold):
+            assert a == plain.respond(s)  # the habit only touches plans that open something
+            continue
+        opening += 1
+        assert plan in (gold, forget_open(gold))
+        if plan != gold:
+            forgot += 1
+            # the NL plan leaves the opening out too, and the answer is still well-formed
+            assert not re.search(r"\bopen\b", a["language_plan"]), a["language_plan"]
+            assert validate_answer(json.dumps(a), s, "none").accepted
+            assert validate_answer(json.dumps(a), s, "prefix").kind == "wrong_plan"
+    assert opening >= 20, opening
+    assert abs(forgot / opening - rate) < 0.2, (forgot, opening)
+
+
+def test_forget_open_rate_out_of_range_is_named():
+    from embodied_rft.config import ConfigError
+
+    with pytest.raises(ConfigError, match="teacher.scripted.forget_open_rate"):
+        ScriptedConfig(forget_open_rate=1.5)

@@ -26,13 +26,16 @@ class ScriptedConfig:
     # full: a teacher-like answer (observation restated, progress and task notes, numbered NL plan);
     # brief: the same four fields in a few words each, so a tiny CPU model's responses stay short
     verbosity: Literal["full", "brief"] = "full"
+    # probability that an answer whose gold plan opens a container leaves the opening out (and the closing
+    # after it): a systematic planning mistake, not random noise, that a teacher which does not track container
+    # state makes. Validation by prefix rejects such answers; with validate=none (the paper keeps every answer)
+    # SFT inherits the habit and a reward against the expert plan can train it away. 0 = never.
+    forget_open_rate: float = 0.0
 
     def __post_init__(self) -> None:
-        check(
-            0.0 <= self.noise_rate <= 1.0,
-            "teacher.scripted.noise_rate",
-            f"must be in [0, 1], got {self.noise_rate}",
-        )
+        for name in ("noise_rate", "forget_open_rate"):
+            value = getattr(self, name)
+            check(0.0 <= value <= 1.0, f"teacher.scripted.{name}", f"must be in [0, 1], got {value}")
 
 
 @dataclass(frozen=True)

@@ -253,6 +253,7 @@ def _distill(
     left_out: Counter[str] = Counter()  # samples without an answer this run, by reason
     left_out_ids: dict[str, list[str]] = {}  # ... and which (the first _LISTED of each reason)
     open_ = list(range(n))
+    gold_plans = 0  # kept answers whose plan is the whole gold remaining plan
     try:
         for r in range(cfg.max_attempts):
             if not open_:
@@ -277,6 +278,10 @@ def _distill(
                     accepted[i] = v.canonical
                     accepted_at[r + 1] += 1
                     verdicts["accepted"] += 1
+                    # how good the kept data is where validation does not require the gold plan (none, simulate,
+                    # a min_prefix): the teacher's accuracy on what SFT will learn
+                    whole = cfg.validate == "prefix" and cfg.min_prefix is None
+                    gold_plans += whole or validate_answer(got[key].text, samples[i], "prefix").accepted
                 else:
                     verdicts[v.kind] += 1
                     log.debug("sample %s index %d rejected (%s): %s", samples[i]["sample_id"], r, v.kind, v.reason)
@@ -316,6 +321,9 @@ def _distill(
         "answers": judged,
         "acceptance_rate": round(verdicts["accepted"] / judged, 4) if judged else 0.0,
         "accepted_at_attempt": {str(k): accepted_at[k] for k in sorted(accepted_at)},
+        # of the kept samples, those whose plan is the gold remaining plan: the teacher's accuracy on the SFT data
+        "kept_gold_plans": gold_plans,
+        "kept_gold_rate": round(gold_plans / kept, 4) if kept else 0.0,
         "rejected_samples": left_out["rejected"],
         "requests": c["requests"],
         "answers_new": c["answers_new"],

@@ -10,7 +10,9 @@ the next step, ``language_plan`` as numbered natural-language steps, ``executabl
 Variety: every field is drawn from several phrasings by an RNG keyed on (seed, sample_id, sample index), so
 SFT does not learn one string, and asking again (a new index) gives a different wording. ``noise_rate``
 corrupts the plan of that fraction of answers (a dropped, swapped, replaced or mislabelled step) so that
-validation has something to reject, as it would with a real teacher.
+validation has something to reject, as it would with a real teacher. ``forget_open_rate`` is a systematic
+mistake instead: that fraction of the answers whose gold plan opens a container plan without opening (and
+closing) it, in the NL plan and the executable plan alike (:func:`forget_open`).
 
 Departure from the paper: the paper distils Gemini-2.0-flash; this oracle stands in for it offline. Answers
 are kept short (about 100-250 tokens) because a tiny CPU model must learn them.
@@ -159,7 +161,8 @@ class ScriptedTeacher:
 
     def __init__(self, cfg: ScriptedConfig):
         self.cfg = cfg
-        self.model = f"scripted-oracle(seed={cfg.seed},noise={cfg.noise_rate:g})"
+        habit = f",forget_open={cfg.forget_open_rate:g}" if cfg.forget_open_rate > 0 else ""
+        self.model = f"scripted-oracle(seed={cfg.seed},noise={cfg.noise_rate:g}{habit})"
 
     def request(self, sample: dict, sample_index: int) -> dict:
         return {"model": self.model, "sample_id": sample["sample_id"], "sample_index": sample_index}
@@ -174,6 +177,9 @@ class ScriptedTeacher:
         """The response object (the four EB keys) for one sample."""
         rng = _rng(self.cfg.seed, str(sample["sample_id"]), sample_index)
         gold, space = parse_label(sample)
+        # drawn only when the habit is on, so answers with forget_open_rate=0 are unchanged
+        if self.cfg.forget_open_rate > 0 and any(_is_open(n) for _, n in gold) and rng.random() < self.cfg.forget_open_rate:
+            gold = forget_open(gold)
         history = list(sample.get("history") or [])
         held = _held_after(history)
         last_found = None
@@ -251,6 +257,28 @@ class ScriptedTeacher:
 
 _BRIEF_NEXT = ("{d} done, {n} left; next {next}.", "After {d} steps: {next}. {n} to go.",
                "{d} steps done. Now {next}; {n} remain.")
+
+
+def _is_open(name: str) -> bool:
+    return split_action(name)[0] == "open the"
+
+
+def forget_open(plan: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The plan without its 'open the X' steps and the 'close the X' that follows each of them: what a
+    planner that ignores whether containers are closed would write. Closes of containers it did not open
+    (already open at the start) stay."""
+    out: list[tuple[int, str]] = []
+    pending: set[str] = set()  # containers whose opening was left out
+    for a, name in plan:
+        verb, target = split_action(name)
+        if verb == "open the":
+            pending.add(str(target))
+            continue
+        if verb == "close the" and target in pending:
+            pending.discard(str(target))
+            continue
+        out.append((a, name))
+    return out
 
 
 def corrupt(plan: list[list], space: ActionSpace, rng: random.Random) -> list[list]:
