@@ -223,7 +223,7 @@ def summarise(runs: dict[int, Path], ablation: bool) -> dict[str, Any]:
             "p_mcnemar": mcnemar_exact(only_a, only_b),
         }
     off = {k: dict(zip(("mean", "sd"), _mean_sd(v), strict=True), values=v) for k, v in offline.items()}
-    held_pooled = _pool_heldout(held_pairs) if held_pairs and len(held_pairs) == len(runs) else None
+    held_pooled = _pool_heldout(held_pairs) if 0 < len(held_pairs) == len(runs) else None
     return {
         "seeds": sorted(runs),
         "success": stats,

@@ -268,16 +268,15 @@ def forget_open(plan: list[tuple[int, str]]) -> list[tuple[int, str]]:
     planner that ignores whether containers are closed would write. Closes of containers it did not open
     (already open at the start) stay."""
     out: list[tuple[int, str]] = []
-    pending: set[str] = set()  # containers whose opening was left out
+    pending: set[str | None] = set()  # containers whose opening was left out
     for a, name in plan:
         verb, target = split_action(name)
         if verb == "open the":
-            pending.add(str(target))
-            continue
-        if verb == "close the" and target in pending:
-            pending.discard(str(target))
-            continue
-        out.append((a, name))
+            pending.add(target)
+        elif verb == "close the" and target in pending:
+            pending.discard(target)
+        else:
+            out.append((a, name))
     return out
 
 
