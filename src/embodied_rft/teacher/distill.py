@@ -254,6 +254,9 @@ def _distill(
     left_out_ids: dict[str, list[str]] = {}  # ... and which (the first _LISTED of each reason)
     open_ = list(range(n))
     gold_plans = 0  # kept answers whose plan is the whole gold remaining plan
+    # how good the kept data is where validation does not require the gold plan (none, simulate, a min_prefix):
+    # the teacher's accuracy on what SFT will learn; exact-prefix validation keeps only gold plans
+    kept_is_gold = cfg.validate == "prefix" and cfg.min_prefix is None
     try:
         for r in range(cfg.max_attempts):
             if not open_:
@@ -278,10 +281,7 @@ def _distill(
                     accepted[i] = v.canonical
                     accepted_at[r + 1] += 1
                     verdicts["accepted"] += 1
-                    # how good the kept data is where validation does not require the gold plan (none, simulate,
-                    # a min_prefix): the teacher's accuracy on what SFT will learn
-                    whole = cfg.validate == "prefix" and cfg.min_prefix is None
-                    gold_plans += whole or validate_answer(got[key].text, samples[i], "prefix").accepted
+                    gold_plans += kept_is_gold or validate_answer(got[key].text, samples[i], "prefix").accepted
                 else:
                     verdicts[v.kind] += 1
                     log.debug("sample %s index %d rejected (%s): %s", samples[i]["sample_id"], r, v.kind, v.reason)

@@ -178,7 +178,8 @@ class ScriptedTeacher:
         rng = _rng(self.cfg.seed, str(sample["sample_id"]), sample_index)
         gold, space = parse_label(sample)
         # drawn only when the habit is on, so answers with forget_open_rate=0 are unchanged
-        if self.cfg.forget_open_rate > 0 and any(_is_open(n) for _, n in gold) and rng.random() < self.cfg.forget_open_rate:
+        q = self.cfg.forget_open_rate
+        if q > 0 and any(_is_open(n) for _, n in gold) and rng.random() < q:
             gold = forget_open(gold)
         history = list(sample.get("history") or [])
         held = _held_after(history)
