@@ -1,4 +1,6 @@
-"""GRPO throughput: the local engine (grpo_local) beside TRL's GRPOTrainer, same model, prompts and G.
+"""GRPO throughput: the local engine (grpo_local) beside TRL's GRPOTrainer, same model, prompts and G — the
+engine twice, with the fast sampler and shared-prompt update (the default) and with ``generate`` and padded
+rows (``grpo.sampler=hf grpo.update_forward=padded``, the engine before the fast sampler).
 
 Run: ``python bench/bench_grpo.py [--updates 3] [--prompts 4] [--group-size 4] [--max-new-tokens 128]``.
 Setup (not timed): generated episodes are decomposed with the tiny prompt; the tiny default model
@@ -11,8 +13,8 @@ same sampling settings, the paper's reward, AdamW at a constant LR, β = 0, ε =
 (TRL's ``dapo``). Both run with one torch thread.
 
 Printed: responses/s, generated tokens/s and the fraction of time in generation, reward and update (old-log-prob forward
-included; the local engine always makes one, TRL skips it when num_iterations = 1), and the local/TRL
-ratio. ``run()`` returns the rows for a combined bench report.
+included; the hf engine makes one, the fast sampler returns the log-probs, TRL skips it when num_iterations =
+1), and the ratio to TRL. ``run()`` returns the rows for a combined bench report.
 """
 
 from __future__ import annotations
@@ -74,8 +76,10 @@ def make_workload(work: Path, n_prompts: int, fit_steps: int, seed: int = 0) -> 
     return policy, data
 
 
-def bench_local(policy: Path, data: Path, work: Path, updates: int, prompts: int, g: int, max_new: int, lr: float) -> dict:
+def bench_local(policy: Path, data: Path, work: Path, updates: int, prompts: int, g: int, max_new: int, lr: float,
+                sampler: str = "fast", update_forward: str = "shared_prompt") -> dict:
     cfg = GRPOConfig(
+        sampler=sampler, update_forward=update_forward,
         group_size=g, temperature=1.0, top_p=1.0, max_new_tokens=max_new, max_prompt_tokens=2048,
         rollout_batch_size=prompts, lr=lr, lr_scheduler="constant_with_warmup", warmup_ratio=0.0,
         filter=FilterConfig(enabled=False, drop_zero_variance=False, buffer_size=prompts, updates_per_buffer=1),
@@ -86,7 +90,7 @@ def bench_local(policy: Path, data: Path, work: Path, updates: int, prompts: int
     t = m["time_s"]
     total = t["generate"] + t["reward"] + t["logprob"] + t["update"]
     return {
-        "engine": "local",
+        "engine": f"local {sampler}",
         "responses": m["counters"]["responses_sampled"],
         "seconds": total,
         "generate": t["generate"] / total,
@@ -158,15 +162,18 @@ def run(updates: int = 3, prompts: int = 4, group_size: int = 4, max_new_tokens:
             policy, data = make_workload(work, prompts * max(updates, 2), fit_steps)
             args = (policy, data, updates, prompts, group_size, max_new_tokens, lr)
             local = bench_local(args[0], args[1], work / "local", *args[2:])
+            old = bench_local(args[0], args[1], work / "local-hf", *args[2:], sampler="hf", update_forward="padded")
             trl = bench_trl(args[0], args[1], work / "trl", *args[2:])
     finally:
         torch.set_num_threads(threads)
     rows = []
-    for r in (local, trl):
+    old_rate = old["responses"] / old["seconds"]
+    for r in (local, old, trl):
         rate = r["responses"] / r["seconds"]
         rows.append({
             "bench": "grpo", "case": f"{r['engine']} (G={group_size}, {prompts} prompts/update)", "value": rate,
             "unit": "responses/s", "ratio": rate / (trl["responses"] / trl["seconds"]), "vs": "TRL GRPOTrainer",
+            "ratio_vs_hf_engine": rate / old_rate,
             "generate": r["generate"], "reward": r["reward"], "update": r["update"],
             "tokens_per_response": r["tokens"] / max(r["responses"], 1),
             "tokens_per_s": r["tokens"] / r["seconds"],

@@ -18,6 +18,7 @@ from embodied_rft.evaluate.config import EpisodeLimits
 from embodied_rft.evaluate.policy import ModelPolicy
 from embodied_rft.generation.base import make_generator
 from embodied_rft.generation.config import GenerationConfig
+from embodied_rft.generation.fast import checkpoint_supported
 from embodied_rft.pipeline import stage_context
 from embodied_rft.reward import RewardConfig
 from embodied_rft.train.grpo_config import GRPOConfig
@@ -80,7 +81,9 @@ def _onpolicy_states(ctx, gcfg: GRPOConfig, policy_dir: str) -> tuple[list[dict]
             import torch
 
             torch.set_num_threads(gcfg.num_threads)
-        gen = make_generator(policy_dir, GenerationConfig(max_new_tokens=max_new_tokens,
+        # greedy: the fast backend's outputs are token-identical to hf's, so it is used wherever grpo.sampler allows
+        fast = gcfg.sampler != "hf" and checkpoint_supported(policy_dir)
+        gen = make_generator(policy_dir, GenerationConfig(backend="fast" if fast else "hf", max_new_tokens=max_new_tokens,
                                                           batch_size=oc.batch_size, temperature=0.0, seed=gcfg.seed))
         try:
             return collect_states(ModelPolicy(gen), choose_episodes(episodes_path, oc.episodes, oc.seed), prompt_cfg,

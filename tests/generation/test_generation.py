@@ -68,7 +68,7 @@ def test_text_only_joins_text_parts_and_rejects_images():
 
 def test_registry_and_config_checks():
     assert backend_class("hf") is HFGenerator
-    with pytest.raises(ValueError, match=r"unknown backend 'tgi'.*\['hf', 'vllm'\]"):
+    with pytest.raises(ValueError, match=r"unknown backend 'tgi'.*\['fast', 'hf', 'vllm'\]"):
         backend_class("tgi")
     with pytest.raises(ConfigError, match=r"^evaluate\.generation\.temperature: must be in \[0, 5\]"):
         build(GenerationConfig, {"temperature": -1}, "evaluate.generation")

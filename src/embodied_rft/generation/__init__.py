@@ -1,4 +1,5 @@
-"""Batched generation backends: ``hf`` (transformers, CPU or one GPU) and ``vllm`` (vLLM engine, GPU).
+"""Batched generation backends: ``hf`` (transformers, CPU or one GPU), ``fast`` (the project's own sampler for
+Qwen2/Llama text models) and ``vllm`` (vLLM engine, GPU).
 
 ``make_generator(model_dir, GenerationConfig(backend=...))`` loads a checkpoint; ``Generator.generate(batch,
 images=None, max_new_tokens=, temperature=, top_p=, n=1, seed=)`` returns ``n`` response texts per chat

@@ -4,7 +4,8 @@ Input: a batch of chat conversations (OpenAI/ChatML messages, ``[{"role", "conte
 (a ``PIL.Image``) or a list of images per conversation. Output: for each conversation ``n`` completions, as
 text (:meth:`Generator.generate`) or with token counts and a finish reason (:meth:`Generator.complete`).
 
-Backends are looked up by name in :data:`BACKENDS` (``hf`` = transformers, ``vllm`` = vLLM) and imported
+Backends are looked up by name in :data:`BACKENDS` (``hf`` = transformers, ``fast`` = the project's
+sampler for Qwen2/Llama text models, ``vllm`` = vLLM) and imported
 only when asked for, so the CPU default never imports vLLM. Images reach a conversation in one of three ways,
 all normalised by :func:`content_parts`: an ``<image>`` placeholder in a text message (what
 ``data.prompt.build_messages`` writes for ``observation=image``), explicit ``{"type": "image"}`` content parts
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 # name -> "module:Class"; imported lazily so a missing optional backend costs nothing until used.
 BACKENDS: dict[str, str] = {
     "hf": "embodied_rft.generation.hf:HFGenerator",
+    "fast": "embodied_rft.generation.fast:FastGenerator",
     "vllm": "embodied_rft.generation.vllm_backend:VLLMGenerator",
 }
 

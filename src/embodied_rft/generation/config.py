@@ -17,8 +17,10 @@ from ..config import check
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    # backend: hf (transformers, CPU or one GPU) | vllm (vLLM engine, GPU; the paper's rollouts and eval)
-    backend: Literal["hf", "vllm"] = "hf"
+    # backend: hf (transformers, CPU or one GPU) | fast (the project's sampler for Qwen2/Llama text models:
+    # one prefill per prompt, in-place K/V cache; greedy outputs identical to hf) | vllm (vLLM engine, GPU;
+    # the paper's rollouts and eval)
+    backend: Literal["hf", "fast", "vllm"] = "hf"
     # new-token limit per response (EmbodiedBench: 2048; paper's RL rollouts: 4096)
     max_new_tokens: int = 256
     # sampling temperature; 0 = greedy (EmbodiedBench evaluates greedily)

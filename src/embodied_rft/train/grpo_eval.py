@@ -22,7 +22,7 @@ from typing import Any
 
 from ..evaluate.aggregate import mcnemar_exact, paired
 from ..reward import RewardConfig
-from .grpo_rollout import EncodedPrompt, PolicyIO, sample_responses
+from .grpo_rollout import EncodedPrompt, PolicyIO, sample_groups
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,12 @@ def evaluate_greedy(
     max_new_tokens: int,
     batch_size: int,
     device: Any,
+    sampler: Any = None,
 ) -> dict[str, float]:
-    """Greedy held-out metrics (see module docstring); an empty prompt list gives ``{"n": 0}``."""
+    """Greedy held-out metrics (see module docstring); an empty prompt list gives ``{"n": 0}``.
+
+    ``sampler`` (``grpo_rollout.make_sampler``) decodes with the fast sampler, token-identical to ``generate``
+    (None: ``generate``)."""
     if not prompts:
         return {"n": 0}
     sums = dict.fromkeys(("reward", "accuracy_full", "accuracy", "json_valid", "structure", "valid", "match"), 0.0)
@@ -46,9 +50,10 @@ def evaluate_greedy(
     eos = set(io.eos_ids)
     for s in range(0, len(prompts), batch_size):
         chunk = prompts[s : s + batch_size]
-        outs = sample_responses(
-            model, io, chunk, 1, temperature=0.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=0, device=device
-        )
+        outs = sample_groups(
+            model, io, chunk, 1, sampler=sampler, temperature=0.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=0,
+            device=device,
+        ).responses
         for p, (resp,) in zip(chunk, outs):
             rb = reward.score(io.decode(resp), p.label)
             sums["reward"] += rb.total

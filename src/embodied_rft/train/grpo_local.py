@@ -52,8 +52,9 @@ from .grpo_config import GRPOConfig
 from .grpo_eval import evaluate_greedy, paired_gain
 from .grpo_log import RunTracker
 from .grpo_loss import group_advantages
+from .grpo_procs import ProcessRollout
 from .grpo_ray import LocalRollout, RayRollout
-from .grpo_rollout import EncodedPrompt, PolicyIO, is_vision_model, sequence_logprobs
+from .grpo_rollout import EncodedPrompt, PolicyIO, is_vision_model, make_sampler, sequence_logprobs
 from .grpo_state import (
     EngineState,
     fingerprint,
@@ -64,7 +65,7 @@ from .grpo_state import (
     set_rng_state,
 )
 from .grpo_states import mix_prompts
-from .grpo_update import Group, update_step
+from .grpo_update import Group, shared_prompt_lm, update_step
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +209,12 @@ class GRPOEngine:
         self.state = EngineState()
         self.buffer: GroupBuffer[Group] = GroupBuffer(cfg.filter, cfg.group_size)
         self.rollout: Any = None
+        # the fast sampler (held-out evaluation, in-process rollouts) and the shared-prompt update forward
+        self.sampler = make_sampler(self.model, cfg.sampler)
+        self.eval_sampler: Any = self.sampler  # the worker pool's, when rollouts run in processes
+        self.shared_lm = shared_prompt_lm(self.model, cfg.update_forward)
+        log.info("sampler: %s; update forward: %s", "fast" if self.sampler else "hf (generate)",
+                 "shared_prompt" if self.shared_lm else "padded")
 
     # ---------------------------------------------------------------- bookkeeping
     def _planned_updates(self, n_prompts: int) -> int:
@@ -268,7 +275,7 @@ class GRPOEngine:
         if not prompts:
             return False
         with _timed(st, "generate"):
-            groups = self.rollout.sample(
+            rollout = self.rollout.sample(
                 prompts,
                 cfg.group_size,
                 seed=cfg.seed * 1_000_003 + st.calls,
@@ -277,31 +284,33 @@ class GRPOEngine:
                 max_new_tokens=cfg.max_new_tokens,
             )
         st.calls += 1
+        st.row_steps += rollout.row_steps
         accepted: list[Group] = []
         eos = set(self.io.eos_ids)
         with _timed(st, "reward"):
-            for p, responses in zip(prompts, groups):
+            for j, (p, responses) in enumerate(zip(prompts, rollout.responses, strict=True)):
                 parts = [self.reward.score(self.io.decode(r), p.label) for r in responses]
                 for r, b in zip(responses, parts):
                     stats.add(b, len(r), not r or r[-1] not in eos)
                     st.response_tokens += len(r)
                 group = Group(p, responses, [b.total for b in parts], [b.accuracy_full for b in parts])
+                if rollout.logprobs is not None:  # the sampler's own log-probs: exactly π_old, no second pass
+                    group.old_logp = rollout.logprobs[j]
                 st.prompts_sampled += 1
                 st.responses_sampled += len(responses)
                 if self.buffer.offer(group, group.accuracy_full, group.rewards):
                     accepted.append(group)
-        if accepted:
+        need_old = rollout.logprobs is None
+        if accepted and (need_old or self.ref is not None):
             with _timed(st, "logprob"):
                 rows = [(g.prompt, r) for g in accepted for r in g.responses]
-                old = sequence_logprobs(self.model, rows, self.io, cfg.temperature, cfg.micro_batch_size, self.device)
-                ref = (
-                    sequence_logprobs(self.ref, rows, self.io, cfg.temperature, cfg.micro_batch_size, self.device)
-                    if self.ref is not None
-                    else None
-                )
+                mb = cfg.micro_batch_size
+                old = sequence_logprobs(self.model, rows, self.io, cfg.temperature, mb, self.device) if need_old else None
+                ref = sequence_logprobs(self.ref, rows, self.io, cfg.temperature, mb, self.device) if self.ref is not None else None
             G = cfg.group_size
             for j, g in enumerate(accepted):
-                g.old_logp = old[j * G : (j + 1) * G]
+                if old is not None:
+                    g.old_logp = old[j * G : (j + 1) * G]
                 g.ref_logp = ref[j * G : (j + 1) * G] if ref is not None else None
         return True
 
@@ -370,7 +379,7 @@ class GRPOEngine:
     def _update(self, groups: tuple[Group, ...], adv: torch.Tensor, mb: list[tuple[int, int]]) -> dict[str, float]:
         return update_step(
             self.cfg, self.model, self.optimizer, self.scheduler, self.io, groups, adv, mb,
-            device=self.device, vision=self.vision, use_ref=self.ref is not None,
+            device=self.device, vision=self.vision, use_ref=self.ref is not None, shared=self.shared_lm,
         )
 
     # ---------------------------------------------------------------- evaluation
@@ -380,7 +389,7 @@ class GRPOEngine:
             return evaluate_greedy(
                 self.model, self.io, self.val_prompts, self.reward,
                 max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens,
-                batch_size=cfg.eval_batch_size, device=self.device,
+                batch_size=cfg.eval_batch_size, device=self.device, sampler=self.eval_sampler,
             )
 
 
@@ -432,8 +441,6 @@ def _run(
     t_start: float,
     states: tuple[list[dict], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    from tqdm import tqdm
-
     train = _subset(_read_samples(train_samples_path, "train"), cfg.max_train_prompts, cfg.seed)
     if states is not None:
         train = mix_prompts(train, states[0], cfg.onpolicy.fraction, cfg.seed)
@@ -449,16 +456,40 @@ def _run(
     )
     eng = GRPOEngine(cfg, policy_dir, train, val, work_dir, reward, Path(train_samples_path).parent, fp, hooks)
     resumed = eng.resume()
+    if cfg.rollout_processes > 0:  # the pool also decodes the held-out checks, so it starts first
+        eng.rollout = ProcessRollout(eng.model, eng.io.eos_ids, cfg.rollout_processes)
+        eng.eval_sampler = eng.rollout.as_sampler()
+    elif cfg.num_rollout_workers > 0:
+        eng.rollout = RayRollout(cfg.num_rollout_workers, eng.policy_dir, cfg.max_prompt_tokens, eng.model, cfg.ray_num_cpus,
+                                 cfg.sampler)
+    else:
+        eng.rollout = LocalRollout(eng.model, eng.io, eng.device, cfg.sampler)
+    try:
+        return _loop(cfg, eng, resumed, work_dir, out_dir, metrics_path, plots_path, t_start, states, len(train))
+    finally:
+        eng.rollout.close()
+
+
+def _loop(
+    cfg: GRPOConfig,
+    eng: GRPOEngine,
+    resumed: bool,
+    work_dir: str | Path,
+    out_dir: str | Path,
+    metrics_path: str | Path,
+    plots_path: str | Path,
+    t_start: float,
+    states: tuple[list[dict], dict[str, Any]] | None,
+    n_train: int,
+) -> dict[str, Any]:
+    from tqdm import tqdm
+
     st = eng.state
     if cfg.eval_max_samples and st.eval_before is None:
         st.eval_before = eng.evaluate()
         log.info("held-out before GRPO: %s", _means(st.eval_before))
     tracker = RunTracker(cfg.report_to, cfg.wandb_mode, cfg.wandb_project, Path(work_dir), as_dict(cfg), st.history, st.wandb_id)
     st.wandb_id = tracker.run_id
-    if cfg.num_rollout_workers > 0:
-        eng.rollout = RayRollout(cfg.num_rollout_workers, eng.policy_dir, cfg.max_prompt_tokens, eng.model, cfg.ray_num_cpus)
-    else:
-        eng.rollout = LocalRollout(eng.model, eng.io, eng.device)
     pbar = tqdm(total=eng.planned_updates, initial=st.updates, desc="grpo", unit="update", dynamic_ncols=True)
     stop_reason = "max_updates"
     try:
@@ -484,7 +515,6 @@ def _run(
                 eng.checkpoint()
     finally:
         pbar.close()
-        eng.rollout.close()
     if st.updates == 0:
         log.warning(
             "GRPO made no update (%s): the filter kept %d of %d groups; the policy is saved unchanged",
@@ -498,7 +528,7 @@ def _run(
         eng.checkpoint()  # the finished state: a rerun with the same inputs resumes straight to the end
     metrics = _metrics(cfg, eng, stop_reason, resumed, eval_after, time.perf_counter() - t_start)
     if states is not None:
-        metrics["onpolicy"] = {**states[1], "prompts": len(train), "fraction": cfg.onpolicy.fraction}
+        metrics["onpolicy"] = {**states[1], "prompts": n_train, "fraction": cfg.onpolicy.fraction}
     write_json_atomic(metrics_path, metrics)
     tracker.write_plots(plots_path)
     tracker.summary({k: v for k, v in metrics["final"].items() if isinstance(v, (int, float))})
@@ -549,10 +579,16 @@ def _metrics(cfg: GRPOConfig, eng: GRPOEngine, stop_reason: str, resumed: bool, 
             "zero_adv_groups_trained": st.zero_adv_groups_trained,
         },
         "time_s": {k: round(v, 3) for k, v in st.seconds.items()} | {"wall_this_process": round(wall, 3)},
+        # each phase's share of the engine's timed seconds (generate, reward, logprob, update, eval, checkpoint)
+        "time_share": {k: round(v / total_s, 4) for k, v in st.seconds.items()} if total_s else {},
         "throughput": {
             "responses_per_s": round(st.responses_sampled / total_s, 4) if total_s else 0.0,
             "generated_tokens_per_s": round(st.response_tokens / gen_s, 2) if gen_s else 0.0,
+            # rows decoded per generated token: 1.0 = no finished row was decoded (fast sampler only)
+            "row_steps_per_token": round(st.row_steps / st.response_tokens, 4) if st.row_steps and st.response_tokens else None,
         },
+        "sampler": "fast" if eng.sampler is not None else "hf",
+        "update_forward": "shared_prompt" if eng.shared_lm is not None else "padded",
         "config": as_dict(cfg),
         "history": st.history,
     }

@@ -12,8 +12,9 @@ prompts of a call are split into contiguous chunks, one per actor, each seeded f
 the chunk index. Locally Ray starts with ``ray_num_cpus`` CPUs (2 on the CPU default) and no dashboard;
 a cluster already joined by ``ray.init`` is used as it is.
 
-Where this departs from the paper: OpenRLHF generates with vLLM engines; these actors use
-``transformers.generate``, the same code as the in-process path.
+Both sample with ``grpo.sampler`` (``grpo_rollout.make_sampler``: the fast sampler for Qwen2/Llama text
+models, which also returns each sampled token's log-prob, or ``transformers.generate``). Where this departs
+from the paper: OpenRLHF generates with vLLM engines.
 """
 
 from __future__ import annotations
@@ -24,31 +25,40 @@ from typing import Any
 
 import torch
 
-from .grpo_rollout import EncodedPrompt, PolicyIO, sample_responses
+from .grpo_rollout import EncodedPrompt, PolicyIO, Rollout, make_sampler, sample_groups
 
 log = logging.getLogger(__name__)
 
 
 class LocalRollout:
-    """Sample with the trainer's own model."""
+    """Sample with the trainer's own model (the fast sampler reads its parameters at every call)."""
 
-    def __init__(self, model: Any, io: PolicyIO, device: Any) -> None:
+    def __init__(self, model: Any, io: PolicyIO, device: Any, sampler: str = "auto") -> None:
         self.model, self.io, self.device = model, io, device
+        self.sampler = make_sampler(model, sampler)
 
-    def sample(self, prompts: Sequence[EncodedPrompt], group_size: int, *, seed: int, **gen: Any) -> list[list[list[int]]]:
-        return sample_responses(self.model, self.io, prompts, group_size, seed=seed, device=self.device, **gen)
+    def sample(self, prompts: Sequence[EncodedPrompt], group_size: int, *, seed: int, **gen: Any) -> Rollout:
+        return sample_groups(self.model, self.io, prompts, group_size, sampler=self.sampler, seed=seed, device=self.device, **gen)
 
-    def refresh(self, model: Any) -> None:  # same object: nothing to copy
+    def refresh(self, model: Any) -> None:  # same object and parameters: nothing to copy
         pass
 
     def close(self) -> None:
         pass
 
 
+def merge_rollouts(parts: Sequence[Rollout]) -> Rollout:
+    """One :class:`Rollout` from the chunks of a call, in order (log-probs only if every chunk has them)."""
+    responses = [g for p in parts for g in p.responses]
+    have = all(p.logprobs is not None for p in parts)
+    logprobs = [g for p in parts for g in (p.logprobs or [])] if have else None
+    return Rollout(responses, logprobs, sum(p.row_steps for p in parts))
+
+
 class RolloutWorker:
     """One Ray actor: a policy copy that samples responses (wrapped with ``ray.remote`` at start-up)."""
 
-    def __init__(self, policy_dir: str, max_prompt_tokens: int, threads: int = 1) -> None:
+    def __init__(self, policy_dir: str, max_prompt_tokens: int, threads: int = 1, sampler: str = "auto") -> None:
         from ..models import load_model
 
         torch.set_num_threads(max(1, threads))
@@ -56,6 +66,7 @@ class RolloutWorker:
         self.model.float().eval()
         self.io = PolicyIO(tok, max_prompt_tokens)
         self.io.add_model_eos(self.model)
+        self.sampler = make_sampler(self.model, sampler)
         self.version = -1
 
     def set_weights(self, state: dict, version: int) -> int:
@@ -63,14 +74,17 @@ class RolloutWorker:
         self.version = version
         return version
 
-    def sample(self, prompts: list[EncodedPrompt], group_size: int, seed: int, gen: dict) -> tuple[int, list]:
-        return self.version, sample_responses(self.model, self.io, prompts, group_size, seed=seed, device="cpu", **gen)
+    def sample(self, prompts: list[EncodedPrompt], group_size: int, seed: int, gen: dict) -> tuple[int, Rollout]:
+        return self.version, sample_groups(self.model, self.io, prompts, group_size, sampler=self.sampler, seed=seed,
+                                           device="cpu", **gen)
 
 
 class RayRollout:
     """Sample in ``n_workers`` Ray actors holding policy copies."""
 
-    def __init__(self, n_workers: int, policy_dir: str, max_prompt_tokens: int, model: Any, num_cpus: int) -> None:
+    def __init__(
+        self, n_workers: int, policy_dir: str, max_prompt_tokens: int, model: Any, num_cpus: int, sampler: str = "auto"
+    ) -> None:
         import ray
 
         self._ray = ray
@@ -78,7 +92,7 @@ class RayRollout:
         if self._owns_ray:
             ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
         worker_cls = ray.remote(num_cpus=1)(RolloutWorker)
-        self.workers = [worker_cls.remote(str(policy_dir), max_prompt_tokens) for _ in range(n_workers)]
+        self.workers = [worker_cls.remote(str(policy_dir), max_prompt_tokens, 1, sampler) for _ in range(n_workers)]
         self.version = 0
         self.refresh(model)
         log.info("rollout: %d Ray actors started", n_workers)
@@ -90,17 +104,17 @@ class RayRollout:
         self.version += 1
         self._ray.get([w.set_weights.remote(ref, self.version) for w in self.workers])
 
-    def sample(self, prompts: Sequence[EncodedPrompt], group_size: int, *, seed: int, **gen: Any) -> list[list[list[int]]]:
+    def sample(self, prompts: Sequence[EncodedPrompt], group_size: int, *, seed: int, **gen: Any) -> Rollout:
         n = len(self.workers)
         size = -(-len(prompts) // n)
         chunks = [list(prompts[i : i + size]) for i in range(0, len(prompts), size)]
         futures = [w.sample.remote(c, group_size, seed * 1009 + j, gen) for j, (w, c) in enumerate(zip(self.workers, chunks))]
-        out: list[list[list[int]]] = []
-        for version, groups in self._ray.get(futures):
+        parts: list[Rollout] = []
+        for version, part in self._ray.get(futures):
             if version != self.version:  # cannot happen with the blocking refresh; guards the on-policy claim
                 raise RuntimeError(f"rollout actor sampled with weights v{version}, trainer is at v{self.version}")
-            out.extend(groups)
-        return out
+            parts.append(part)
+        return merge_rollouts(parts)
 
     def close(self) -> None:
         for w in self.workers:
@@ -113,4 +127,4 @@ class RayRollout:
             self._ray.shutdown()
 
 
-__all__ = ["LocalRollout", "RayRollout", "RolloutWorker"]
+__all__ = ["LocalRollout", "RayRollout", "RolloutWorker", "merge_rollouts"]

@@ -29,6 +29,8 @@ from typing import Any
 import torch
 
 from ..generation.base import content_parts, text_only
+from ..generation.decoder import DecoderLM, unsupported_reason
+from ..generation.sampler import FastSampler
 from .grpo_loss import token_entropy, token_logprobs
 
 log = logging.getLogger(__name__)
@@ -176,6 +178,60 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0) * mask
 
 
+SAMPLERS = ("auto", "fast", "hf")
+
+
+def make_sampler(model: Any, name: str) -> FastSampler | None:
+    """The fast sampler for ``model`` (``name`` fast, or auto and the model qualifies), else None (= ``generate``).
+
+    ``fast`` on a model the sampler cannot run (a VLM, another family) is an error naming ``grpo.sampler``."""
+    if name not in SAMPLERS:
+        raise ValueError(f"grpo.sampler: unknown sampler {name!r}; choose one of {list(SAMPLERS)}")
+    if name == "hf":
+        return None
+    why = unsupported_reason(model)
+    if why is None:
+        return FastSampler(DecoderLM(model))
+    if name == "fast":
+        raise ValueError(f"grpo.sampler=fast: {why}; use grpo.sampler=hf (or auto)")
+    return None
+
+
+@dataclass
+class Rollout:
+    """G sampled responses per prompt (token ids, end token included) and, from the fast sampler, the
+    log-prob of every sampled token at the rollout temperature (π_old, no second pass needed)."""
+
+    responses: list[list[list[int]]]
+    logprobs: list[list[torch.Tensor]] | None = None
+    row_steps: int = 0  # rows decoded summed over steps (fast sampler; 0 for generate)
+
+
+def sample_groups(
+    model: Any,
+    io: PolicyIO,
+    prompts: Sequence[EncodedPrompt],
+    group_size: int,
+    *,
+    sampler: FastSampler | None,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    seed: int,
+    device: torch.device | str = "cpu",
+) -> Rollout:
+    """G responses per prompt with ``sampler`` (each prompt prefilled once; log-probs returned) or, when it
+    is None, with ``model.generate`` (:func:`sample_responses`)."""
+    if sampler is None or any(p.mm for p in prompts):
+        return Rollout(
+            sample_responses(model, io, prompts, group_size, temperature=temperature, top_p=top_p,
+                             max_new_tokens=max_new_tokens, seed=seed, device=device)
+        )
+    out = sampler.sample([p.ids for p in prompts], group_size, max_new_tokens=max_new_tokens, temperature=temperature,
+                         top_p=top_p, eos_ids=io.eos_ids, seed=seed)
+    return Rollout(out.tokens, out.logprobs, out.row_steps)
+
+
 @torch.inference_mode()
 def sample_responses(
     model: Any,
@@ -315,14 +371,18 @@ def sequence_logprobs(
 
 
 __all__ = [
+    "SAMPLERS",
     "EncodedPrompt",
     "PolicyIO",
+    "Rollout",
     "SeqBatch",
     "batch_logprobs",
     "build_batch",
     "is_processor",
     "is_vision_model",
     "response_logits",
+    "make_sampler",
+    "sample_groups",
     "sample_responses",
     "sequence_logprobs",
 ]

@@ -49,6 +49,7 @@ class EngineState:
     prompts_sampled: int = 0
     responses_sampled: int = 0
     response_tokens: int = 0
+    row_steps: int = 0  # rows the fast sampler decoded, summed over steps (0 with generate)
     prompts_truncated: int = 0
     groups_trained: int = 0  # groups that went through at least one update
     zero_adv_groups_trained: int = 0  # of those, groups whose advantages were all 0 (the filter removes them)

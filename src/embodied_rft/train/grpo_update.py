@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
+from ..generation.decoder import DecoderLM, unsupported_reason
 from .grpo_config import GRPOConfig
-from .grpo_loss import grpo_loss, token_weights
+from .grpo_loss import grpo_loss, token_entropy, token_logprobs, token_weights
 from .grpo_rollout import EncodedPrompt, PolicyIO, batch_logprobs, build_batch
 
 
@@ -34,6 +35,56 @@ class Group:
     accuracy_full: list[float]
     old_logp: list[torch.Tensor] | None = None  # log π_old per response token, from the sampling policy
     ref_logp: list[torch.Tensor] | None = None  # log π_ref per response token (β > 0 only)
+
+
+def shared_prompt_lm(model: Any, mode: str) -> DecoderLM | None:
+    """The functional model for the shared-prompt update forward (``grpo.update_forward``), or None (padded)."""
+    if mode == "padded":
+        return None
+    why = unsupported_reason(model)
+    if why is None:
+        return DecoderLM(model)
+    if mode == "shared_prompt":
+        raise ValueError(f"grpo.update_forward=shared_prompt: {why}; use padded (or auto)")
+    return None
+
+
+@dataclass
+class _MicroBatch:
+    """What the loss needs of one micro-batch: per-token log π (with grad), entropy, targets' mask."""
+
+    logp: torch.Tensor  # [B, R]
+    entropy: torch.Tensor  # [B, R], detached
+    mask: torch.Tensor  # [B, R] (long, 1 on response tokens)
+
+
+def _forward_padded(model: Any, io: PolicyIO, rows: Sequence[tuple[EncodedPrompt, Sequence[int]]], device: Any,
+                    vision: bool, temperature: float) -> _MicroBatch:
+    batch = build_batch(rows, io, device, vision)
+    logp, entropy = batch_logprobs(model, batch, temperature, with_entropy=True)
+    return _MicroBatch(logp, entropy, batch.mask)
+
+
+def _forward_shared(lm: DecoderLM, rows: Sequence[tuple[EncodedPrompt, Sequence[int]]], device: Any,
+                    temperature: float) -> _MicroBatch:
+    slot: dict[int, int] = {}
+    prompts: list[list[int]] = []
+    owner: list[int] = []
+    for p, _ in rows:
+        if id(p) not in slot:
+            slot[id(p)] = len(prompts)
+            prompts.append(p.ids)
+        owner.append(slot[id(p)])
+    responses = [list(r) for _, r in rows]
+    logits, valid = lm.shared_prompt_logits(prompts, responses, owner)
+    targets = torch.zeros(valid.shape, dtype=torch.long, device=device)
+    for i, r in enumerate(responses):
+        if r:
+            targets[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+    logp = token_logprobs(logits, targets, temperature)
+    with torch.no_grad():
+        entropy = token_entropy(logits.detach(), temperature)
+    return _MicroBatch(logp, entropy, valid.long())
 
 
 def _padded(ts: Sequence[torch.Tensor], width: int, device: Any) -> torch.Tensor:
@@ -56,24 +107,36 @@ def update_step(
     device: Any,
     vision: bool,
     use_ref: bool,
+    shared: DecoderLM | None = None,
 ) -> dict[str, float]:
-    """One optimiser step over ``minibatch`` ((group, response) pairs); returns its diagnostics."""
+    """One optimiser step over ``minibatch`` ((group, response) pairs); returns its diagnostics.
+
+    ``shared`` (:func:`shared_prompt_lm`): micro-batches are cut from the minibatch sorted by response length
+    and each distinct prompt of one is computed once; None: padded rows in minibatch order. The loss weights
+    use the minibatch totals, so both give the same step (tested to 1e-5)."""
     lens = [len(groups[gi].responses[ri]) for gi, ri in minibatch]
     n_tokens, n_seqs = float(sum(lens)), float(sum(1 for n in lens if n > 0))
     optimizer.zero_grad(set_to_none=True)
     sums = dict.fromkeys(("tokens", "clipped", "ratio", "kl", "entropy", "approx_kl", "loss", "policy_loss"), 0.0)
-    for s in range(0, len(minibatch), cfg.micro_batch_size):
-        chunk = minibatch[s : s + cfg.micro_batch_size]
-        batch = build_batch([(groups[gi].prompt, groups[gi].responses[ri]) for gi, ri in chunk], io, device, vision)
-        width = batch.targets.shape[1]
+    rows = list(minibatch)
+    if shared is not None:  # similar lengths per micro-batch: little response padding
+        rows.sort(key=lambda gr: len(groups[gr[0]].responses[gr[1]]))
+    for s in range(0, len(rows), cfg.micro_batch_size):
+        chunk = rows[s : s + cfg.micro_batch_size]
+        pairs = [(groups[gi].prompt, groups[gi].responses[ri]) for gi, ri in chunk]
+        if shared is not None:
+            mb = _forward_shared(shared, pairs, device, cfg.temperature)
+        else:
+            mb = _forward_padded(model, io, pairs, device, vision, cfg.temperature)
+        logp, entropy = mb.logp, mb.entropy
+        width = mb.mask.shape[1]
         old = _padded([groups[gi].old_logp[ri] for gi, ri in chunk], width, device)
         ref = _padded([groups[gi].ref_logp[ri] for gi, ri in chunk], width, device) if use_ref else None
         adv = torch.stack([advantages[gi, ri] for gi, ri in chunk]).to(device)
-        logp, entropy = batch_logprobs(model, batch, cfg.temperature, with_entropy=True)
-        weights = token_weights(batch.mask, cfg.loss_agg, n_tokens=n_tokens, n_seqs=n_seqs)
-        loss, st = grpo_loss(logp, old, adv, batch.mask, weights, cfg.eps_clip, ref, cfg.kl_coef)
+        weights = token_weights(mb.mask, cfg.loss_agg, n_tokens=n_tokens, n_seqs=n_seqs)
+        loss, st = grpo_loss(logp, old, adv, mb.mask, weights, cfg.eps_clip, ref, cfg.kl_coef)
         loss.backward()
-        mask = batch.mask.float()
+        mask = mb.mask.float()
         sums["loss"] += float(loss.detach())
         sums["policy_loss"] += float(st["policy_loss"])
         for k in ("tokens", "clipped", "ratio"):
@@ -103,4 +166,4 @@ def update_step(
     return out
 
 
-__all__ = ["Group", "update_step"]
+__all__ = ["Group", "shared_prompt_lm", "update_step"]

@@ -1,0 +1,338 @@
+"""A functional forward pass over a transformers Qwen2 / Llama causal LM's own parameters.
+
+Input: a loaded ``Qwen2ForCausalLM`` or ``LlamaForCausalLM`` (the tiny default and SmolLM2). Output:
+:class:`DecoderLM`, which runs the same network as the transformers module — the same parameter tensors
+(read at call time, so an optimiser step is seen at once, with nothing to copy), the model's own rotary
+embedding module, RMSNorm computed as transformers computes it — in the two shapes the CPU engine needs and
+``model.forward`` does not offer:
+
+* :meth:`DecoderLM.prefill` / :meth:`DecoderLM.decode_step`: each prompt prefilled once and its keys/values
+  kept once (:class:`PromptKV`), read once per step for all of its samples; the generated tokens' keys/values
+  in a preallocated cache written in place (:class:`GenCache`, one column per step), rows dropped from it when
+  they finish. This is what :mod:`.sampler` drives.
+* :meth:`DecoderLM.shared_prompt_logits`: the training forward of GRPO's update, with each distinct prompt
+  computed once and every response attending to its prompt's keys and values (autograd flows through both).
+
+Which models: decoder-only text models whose layers are ``input_layernorm → self_attn(q,k,v,o) → residual →
+post_attention_layernorm → mlp(gate, up, down; SiLU) → residual``, rotary positions from
+``model.model.rotary_emb`` and no sliding window. :func:`supports` says whether a model qualifies;
+everything else (vision-language models, other families) keeps the ``hf`` and ``vllm`` backends. The tests
+hold every output against transformers (``tests/generation/test_fast_sampler.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
+
+
+def unsupported_reason(model: Any) -> str | None:
+    """Why ``model`` cannot run on :class:`DecoderLM` (None when it can)."""
+    cfg = getattr(model, "config", None)
+    mt = getattr(cfg, "model_type", None)
+    if mt not in SUPPORTED_MODEL_TYPES:
+        return f"model_type {mt!r} is not one of {list(SUPPORTED_MODEL_TYPES)} (use the hf or vllm backend)"
+    if getattr(cfg, "vision_config", None) is not None:
+        return "vision-language models use the hf or vllm backend"
+    if getattr(cfg, "use_sliding_window", False):
+        return "sliding-window attention is not implemented by the fast sampler"
+    act = getattr(cfg, "hidden_act", "silu")
+    if act != "silu":
+        return f"hidden_act {act!r}: only SiLU (SwiGLU) MLPs are implemented"
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
+        return "the model has no .model.layers / .model.rotary_emb"
+    return None
+
+
+def supports(model: Any) -> bool:
+    return unsupported_reason(model) is None
+
+
+def _rms(x: torch.Tensor, norm: Any) -> torch.Tensor:
+    # as Qwen2RMSNorm / LlamaRMSNorm: the variance in float32, the weight applied in the input dtype
+    dtype = x.dtype
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * h.to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    return x * cos + _rotate_half(x) * sin
+
+
+@dataclass
+class PromptKV:
+    """Each distinct prompt's keys and values, computed once: per layer ``[P, kv_heads, W, head_dim]`` (prompts
+    left-padded to width W), and ``bias`` [P, W]: 0 on real tokens, −inf on padding."""
+
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+    bias: torch.Tensor
+
+    @property
+    def prompts(self) -> int:
+        return self.bias.shape[0]
+
+    def keep(self, idx: torch.Tensor) -> PromptKV:
+        return PromptKV([t[idx] for t in self.k], [t[idx] for t in self.v], self.bias[idx])
+
+
+@dataclass
+class GenCache:
+    """The generated tokens' keys and values, preallocated: per layer ``[rows, kv_heads, capacity, head_dim]``,
+    ``length`` columns filled (column t = the row's t-th generated token, written in place).
+
+    Row ``r`` continues prompt ``slot[r] // reps`` of the :class:`PromptKV` and is sample ``slot[r] % reps`` of
+    it: decoding lays the rows' queries out on a [prompts, reps] grid so each prompt's keys are read once for
+    all of its samples instead of once per row."""
+
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+    length: int
+    slot: torch.Tensor  # [rows] long
+    reps: int
+
+    @property
+    def rows(self) -> int:
+        return self.slot.shape[0]
+
+    def keep(self, idx: torch.Tensor, slot: torch.Tensor) -> GenCache:
+        """A cache holding only rows ``idx`` (the filled columns copied), whose grid slots become ``slot``."""
+        n = self.length
+
+        def take(t: torch.Tensor) -> torch.Tensor:
+            out = t.new_empty((len(idx), *t.shape[1:]))
+            out[:, :, :n].copy_(t[idx, :, :n])
+            return out
+
+        return GenCache([take(t) for t in self.k], [take(t) for t in self.v], n, slot, self.reps)
+
+
+class DecoderLM:
+    """The functional view of one causal LM (see the module docstring)."""
+
+    def __init__(self, model: Any) -> None:
+        why = unsupported_reason(model)
+        if why is not None:
+            raise ValueError(f"fast sampler: {why}")
+        self.model = model
+        cfg = model.config
+        self.n_heads = int(cfg.num_attention_heads)
+        self.n_kv = int(getattr(cfg, "num_key_value_heads", None) or self.n_heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads)
+        self.n_rep = self.n_heads // self.n_kv
+        self.scale = self.head_dim**-0.5
+        self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 0)
+
+    # ---- pieces ---------------------------------------------------------------------------------
+    @property
+    def _inner(self) -> Any:
+        return self.model.model
+
+    @property
+    def layers(self) -> Any:
+        return self._inner.layers
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._inner.embed_tokens.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self._inner.embed_tokens.weight.device
+
+    def _cos_sin(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # the model's own rotary module (any rope_type it was built with); [B, T, D] each
+        return self._inner.rotary_emb(x, positions)
+
+    def _qkv(self, layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """Rotated queries [B, Hkv, rep·T, D] (grouped by KV head) and keys/values [B, Hkv, T, D]."""
+        at = layer.self_attn
+        B, T, _ = h.shape
+        q = F.linear(h, at.q_proj.weight, at.q_proj.bias).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = F.linear(h, at.k_proj.weight, at.k_proj.bias).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
+        v = F.linear(h, at.v_proj.weight, at.v_proj.bias).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)
+        c, s = cos.unsqueeze(1), sin.unsqueeze(1)
+        q, k = _rope(q, c, s), _rope(k, c, s)
+        return q, k, v
+
+    def _mlp(self, layer: Any, x: torch.Tensor) -> torch.Tensor:
+        m = layer.mlp
+        g = F.linear(x, m.gate_proj.weight, m.gate_proj.bias)
+        u = F.linear(x, m.up_proj.weight, m.up_proj.bias)
+        return F.linear(F.silu(g) * u, m.down_proj.weight, m.down_proj.bias)
+
+    def _out(self, layer: Any, a: torch.Tensor) -> torch.Tensor:
+        o = layer.self_attn.o_proj
+        return F.linear(a, o.weight, o.bias)
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Attention of q [B, H, Tq, D] over k/v [B, Hkv, Tk, D] with a boolean mask [B, 1, Tq, Tk] → [B, Tq, H·D]."""
+        B, H, Tq, D = q.shape
+        if self.n_rep > 1:
+            k = k.repeat_interleave(self.n_rep, dim=1)
+            v = v.repeat_interleave(self.n_rep, dim=1)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+        return a.transpose(1, 2).reshape(B, Tq, H * D)
+
+    def norm_logits(self, h: torch.Tensor) -> torch.Tensor:
+        h = _rms(h, self._inner.norm)
+        head = self.model.lm_head
+        return F.linear(h, head.weight, getattr(head, "bias", None))
+
+    # ---- sampling: prefill + in-place decode -------------------------------------------------------
+    def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, PromptKV, torch.Tensor]:
+        """Run the prompts (left-padded) once; returns last-position logits [P, V], their keys/values and each
+        prompt's length [P]."""
+        dev = self.device
+        P, width = len(prompts), max(len(p) for p in prompts)
+        ids = torch.zeros((P, width), dtype=torch.long)
+        valid = torch.zeros((P, width), dtype=torch.bool)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            valid[i, width - len(p) :] = True
+        ids, valid = ids.to(dev), valid.to(dev)
+        lens = valid.sum(1)
+        positions = (torch.arange(width, device=dev).unsqueeze(0) - (width - lens).unsqueeze(1)).clamp(min=0)
+        causal = torch.ones((width, width), dtype=torch.bool, device=dev).tril()
+        # a padding query sees nothing but itself (its output is never used; softmax stays finite)
+        mask = (causal.unsqueeze(0) & valid.unsqueeze(1)) | torch.eye(width, dtype=torch.bool, device=dev).unsqueeze(0)
+        mask = mask.unsqueeze(1)
+        x = self._inner.embed_tokens(ids)
+        cos, sin = self._cos_sin(x, positions)
+        ks, vs = [], []
+        for layer in self.layers:
+            h = _rms(x, layer.input_layernorm)
+            q, k, v = self._qkv(layer, h, cos, sin)
+            ks.append(k)
+            vs.append(v)
+            x = x + self._out(layer, self._attend(q, k, v, mask))
+            x = x + self._mlp(layer, _rms(x, layer.post_attention_layernorm))
+        bias = torch.zeros((P, width), dtype=x.dtype, device=dev).masked_fill(~valid, float("-inf"))
+        return self.norm_logits(x[:, -1]), PromptKV(ks, vs, bias), lens
+
+    def gen_cache(self, rows: int, capacity: int, reps: int) -> GenCache:
+        """An empty cache for ``rows`` = prompts × ``reps`` samples (row r = slot r) and ``capacity`` tokens each."""
+        shape = (rows, self.n_kv, capacity, self.head_dim)
+        dt, dev = self.dtype, self.device
+        return GenCache(
+            [torch.empty(shape, dtype=dt, device=dev) for _ in self.layers],
+            [torch.empty(shape, dtype=dt, device=dev) for _ in self.layers],
+            0,
+            torch.arange(rows, device=dev),
+            reps,
+        )
+
+    def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, prompt: PromptKV, cache: GenCache) -> torch.Tensor:
+        """One new token per row ([B] ids at rotary positions [B]): its K/V written at column ``cache.length`` in
+        place; attention over the row's prompt (read once per prompt, on the grid) and its generated tokens.
+        Returns next-token logits [B, V]."""
+        col = cache.length
+        if col >= cache.k[0].shape[2]:
+            raise ValueError("KV cache is full")
+        B, P, G, rep, D = tokens.shape[0], prompt.prompts, cache.reps, self.n_rep, self.head_dim
+        Hkv, W = self.n_kv, prompt.bias.shape[1]
+        slot = cache.slot
+        x = self._inner.embed_tokens(tokens.view(B, 1))
+        cos, sin = self._cos_sin(x, positions.view(B, 1))
+        p_bias = prompt.bias[:, None, None, :]
+        for li, layer in enumerate(self.layers):
+            h = _rms(x, layer.input_layernorm)
+            q, k, v = self._qkv(layer, h, cos, sin)
+            cache.k[li][:, :, col] = k[:, :, 0]
+            cache.v[li][:, :, col] = v[:, :, 0]
+            qg = q.view(B, Hkv, rep, D)  # the rep query heads of a KV head share its keys
+            grid = qg.new_zeros((P * G, Hkv, rep, D))
+            grid[slot] = qg
+            grid = grid.view(P, G, Hkv, rep, D).permute(0, 2, 1, 3, 4).reshape(P, Hkv, G * rep, D)
+            s_p = torch.matmul(grid, prompt.k[li].transpose(-1, -2)).mul_(self.scale).add_(p_bias)  # [P, Hkv, G·rep, W]
+            s_p = s_p.view(P, Hkv, G, rep, W).permute(0, 2, 1, 3, 4).reshape(P * G, Hkv, rep, W)[slot]
+            k_own, v_own = cache.k[li][:, :, : col + 1], cache.v[li][:, :, : col + 1]
+            s_own = torch.matmul(qg, k_own.transpose(-1, -2)).mul_(self.scale)  # [B, Hkv, rep, t]
+            probs = torch.softmax(torch.cat([s_p, s_own], dim=-1), dim=-1)
+            p_p, p_own = probs[..., :W], probs[..., W:]
+            pg = p_p.new_zeros((P * G, Hkv, rep, W))
+            pg[slot] = p_p
+            pg = pg.view(P, G, Hkv, rep, W).permute(0, 2, 1, 3, 4).reshape(P, Hkv, G * rep, W)
+            o_p = torch.matmul(pg, prompt.v[li]).view(P, Hkv, G, rep, D).permute(0, 2, 1, 3, 4).reshape(P * G, Hkv, rep, D)[slot]
+            a = o_p + torch.matmul(p_own, v_own)
+            x = x + self._out(layer, a.reshape(B, 1, self.n_heads * D))
+            x = x + self._mlp(layer, _rms(x, layer.post_attention_layernorm))
+        cache.length = col + 1
+        return self.norm_logits(x[:, 0])
+
+    # ---- training: each distinct prompt once -------------------------------------------------------
+    def shared_prompt_logits(
+        self, prompts: list[list[int]], responses: list[list[int]], prompt_of: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits [R, Lr, V] predicting every response token, and the response mask [R, Lr] (bool).
+
+        ``prompts`` are the distinct prompts, ``responses[r]`` continues ``prompts[prompt_of[r]]``. Each prompt
+        is run once; response ``r`` attends to its prompt's keys/values and to its own causal prefix, at
+        positions ``len(prompt) + j`` — the same function as running prompt + response as one sequence."""
+        dev = self.device
+        P, Lp = len(prompts), max(len(p) for p in prompts)
+        R, Lr = len(responses), max(1, max(len(r) for r in responses))
+        p_ids = torch.zeros((P, Lp), dtype=torch.long)
+        p_valid = torch.zeros((P, Lp), dtype=torch.bool)
+        for i, p in enumerate(prompts):
+            p_ids[i, Lp - len(p) :] = torch.tensor(p, dtype=torch.long)
+            p_valid[i, Lp - len(p) :] = True
+        r_ids = torch.zeros((R, Lr), dtype=torch.long)
+        r_valid = torch.zeros((R, Lr), dtype=torch.bool)
+        for i, r in enumerate(responses):
+            if r:
+                r_ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+                r_valid[i, : len(r)] = True
+        p_ids, p_valid, r_ids, r_valid = p_ids.to(dev), p_valid.to(dev), r_ids.to(dev), r_valid.to(dev)
+        owner = torch.tensor(prompt_of, dtype=torch.long, device=dev)
+        p_len = p_valid.sum(1)
+        p_pos = (torch.arange(Lp, device=dev).unsqueeze(0) - (Lp - p_len).unsqueeze(1)).clamp(min=0)
+        r_pos = p_len[owner].unsqueeze(1) + torch.arange(Lr, device=dev).unsqueeze(0)
+        eye_p = torch.eye(Lp, dtype=torch.bool, device=dev)
+        p_mask = (torch.ones((Lp, Lp), dtype=torch.bool, device=dev).tril() & p_valid.unsqueeze(1)) | eye_p
+        causal_r = torch.ones((Lr, Lr), dtype=torch.bool, device=dev).tril()
+        # response queries: [their prompt's valid columns | their own causal prefix]
+        r_mask = torch.cat(
+            [p_valid[owner].unsqueeze(1).expand(R, Lr, Lp), causal_r.unsqueeze(0).expand(R, Lr, Lr)], dim=2
+        )
+        p_mask, r_mask = p_mask.unsqueeze(1), r_mask.unsqueeze(1)
+        xp = self._inner.embed_tokens(p_ids)
+        xr = self._inner.embed_tokens(r_ids)
+        cos_p, sin_p = self._cos_sin(xp, p_pos)
+        cos_r, sin_r = self._cos_sin(xr, r_pos)
+        n_layers = len(self.layers)
+        for li, layer in enumerate(self.layers):
+            hp = _rms(xp, layer.input_layernorm)
+            hr = _rms(xr, layer.input_layernorm)
+            qp, kp, vp = self._qkv(layer, hp, cos_p, sin_p)
+            qr, kr, vr = self._qkv(layer, hr, cos_r, sin_r)
+            k_all = torch.cat([kp[owner], kr], dim=2)
+            v_all = torch.cat([vp[owner], vr], dim=2)
+            xr = xr + self._out(layer, self._attend(qr, k_all, v_all, r_mask))
+            xr = xr + self._mlp(layer, _rms(xr, layer.post_attention_layernorm))
+            if li < n_layers - 1:
+                xp = xp + self._out(layer, self._attend(qp, kp, vp, p_mask))
+                xp = xp + self._mlp(layer, _rms(xp, layer.post_attention_layernorm))
+            else:
+                # the last layer's prompt output matters only at the last position (it predicts the first
+                # response token): one query instead of Lp
+                last = self._attend(qp[:, :, -1:], kp, vp, p_mask[:, :, -1:])
+                xp = xp[:, -1:] + self._out(layer, last)
+                xp = xp + self._mlp(layer, _rms(xp, layer.post_attention_layernorm))
+        h = torch.cat([xp[owner], xr[:, :-1]], dim=1)  # position j predicts response token j
+        return self.norm_logits(h), r_valid
+
+
+__all__ = ["DecoderLM", "GenCache", "PromptKV", "SUPPORTED_MODEL_TYPES", "supports", "unsupported_reason"]
