@@ -234,43 +234,77 @@ class DecoderLM:
             reps,
         )
 
-    def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, prompt: PromptKV, cache: GenCache) -> torch.Tensor:
+    def packed(self) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """Per layer, the q/k/v projections as one weight (and bias): one matrix product per layer and step instead
+        of three. A copy of the current weights: the sampler packs them again at every call."""
+        out = []
+        for layer in self.layers:
+            at = layer.self_attn
+            w = torch.cat([at.q_proj.weight, at.k_proj.weight, at.v_proj.weight])
+            biases = [at.q_proj.bias, at.k_proj.bias, at.v_proj.bias]
+            b = torch.cat(biases) if all(x is not None for x in biases) else None
+            if b is None and any(x is not None for x in biases):
+                b = torch.cat([x if x is not None else w.new_zeros(w.shape[0] // 3) for x in biases])
+            out.append((w, b))
+        return out
+
+    def decode_step(
+        self, tokens: torch.Tensor, positions: torch.Tensor, prompt: PromptKV, cache: GenCache,
+        packed: list[tuple[torch.Tensor, torch.Tensor | None]] | None = None,
+    ) -> torch.Tensor:
         """One new token per row ([B] ids at rotary positions [B]): its K/V written at column ``cache.length`` in
         place; attention over the row's prompt (read once per prompt, on the grid) and its generated tokens.
-        Returns next-token logits [B, V]."""
+        ``packed`` (:meth:`packed`, made once per call) saves two matrix products per layer. Returns next-token
+        logits [B, V]."""
         col = cache.length
         if col >= cache.k[0].shape[2]:
             raise ValueError("KV cache is full")
+        packed = packed if packed is not None else self.packed()
         B, P, G, rep, D = tokens.shape[0], prompt.prompts, cache.reps, self.n_rep, self.head_dim
-        Hkv, W = self.n_kv, prompt.bias.shape[1]
+        H, Hkv, W = self.n_heads, self.n_kv, prompt.bias.shape[1]
         slot = cache.slot
-        x = self._inner.embed_tokens(tokens.view(B, 1))
-        cos, sin = self._cos_sin(x, positions.view(B, 1))
+        dense = B == P * G  # every slot of the grid holds its own row (nothing dropped yet): no scatter needed
+        x = self._inner.embed_tokens(tokens)  # [B, hidden]
+        cos, sin = self._cos_sin(x.unsqueeze(1), positions.view(B, 1))  # [B, 1, D]
         p_bias = prompt.bias[:, None, None, :]
+        n_qk = (H + Hkv) * D
         for li, layer in enumerate(self.layers):
             h = _rms(x, layer.input_layernorm)
-            q, k, v = self._qkv(layer, h, cos, sin)
-            cache.k[li][:, :, col] = k[:, :, 0]
-            cache.v[li][:, :, col] = v[:, :, 0]
-            qg = q.view(B, Hkv, rep, D)  # the rep query heads of a KV head share its keys
-            grid = qg.new_zeros((P * G, Hkv, rep, D))
-            grid[slot] = qg
-            grid = grid.view(P, G, Hkv, rep, D).permute(0, 2, 1, 3, 4).reshape(P, Hkv, G * rep, D)
-            s_p = torch.matmul(grid, prompt.k[li].transpose(-1, -2)).mul_(self.scale).add_(p_bias)  # [P, Hkv, G·rep, W]
-            s_p = s_p.view(P, Hkv, G, rep, W).permute(0, 2, 1, 3, 4).reshape(P * G, Hkv, rep, W)[slot]
+            w, b = packed[li]
+            qkv = F.linear(h, w, b)
+            qk = _rope(qkv[:, :n_qk].view(B, H + Hkv, D), cos, sin)  # q and k heads rotated together
+            v = qkv[:, n_qk:].view(B, Hkv, D)
+            cache.k[li][:, :, col] = qk[:, H:]
+            cache.v[li][:, :, col] = v
+            qg = qk[:, :H].reshape(B, Hkv, rep, D).mul_(self.scale)  # the rep query heads of a KV head share its keys
+            if dense:
+                grid = qg
+            else:
+                grid = qg.new_zeros((P * G, Hkv, rep, D))
+                grid[slot] = qg
+            grid = grid.view(P, G, Hkv, rep, D).transpose(1, 2).reshape(P, Hkv, G * rep, D)
+            s_p = torch.matmul(grid, prompt.k[li].transpose(-1, -2)).add_(p_bias)  # [P, Hkv, G·rep, W]
+            s_p = s_p.view(P, Hkv, G, rep, W).transpose(1, 2).reshape(P * G, Hkv, rep, W)
+            if not dense:
+                s_p = s_p[slot]
             k_own, v_own = cache.k[li][:, :, : col + 1], cache.v[li][:, :, : col + 1]
-            s_own = torch.matmul(qg, k_own.transpose(-1, -2)).mul_(self.scale)  # [B, Hkv, rep, t]
+            s_own = torch.matmul(qg, k_own.transpose(-1, -2))  # [B, Hkv, rep, t]
             probs = torch.softmax(torch.cat([s_p, s_own], dim=-1), dim=-1)
             p_p, p_own = probs[..., :W], probs[..., W:]
-            pg = p_p.new_zeros((P * G, Hkv, rep, W))
-            pg[slot] = p_p
-            pg = pg.view(P, G, Hkv, rep, W).permute(0, 2, 1, 3, 4).reshape(P, Hkv, G * rep, W)
-            o_p = torch.matmul(pg, prompt.v[li]).view(P, Hkv, G, rep, D).permute(0, 2, 1, 3, 4).reshape(P * G, Hkv, rep, D)[slot]
+            if dense:
+                pg = p_p
+            else:
+                pg = p_p.new_zeros((P * G, Hkv, rep, W))
+                pg[slot] = p_p
+            pg = pg.reshape(P, G, Hkv, rep, W).transpose(1, 2).reshape(P, Hkv, G * rep, W)
+            o_p = torch.matmul(pg, prompt.v[li]).view(P, Hkv, G, rep, D).transpose(1, 2).reshape(P * G, Hkv, rep, D)
+            if not dense:
+                o_p = o_p[slot]
             a = o_p + torch.matmul(p_own, v_own)
-            x = x + self._out(layer, a.reshape(B, 1, self.n_heads * D))
+            x = x + self._out(layer, a.reshape(B, H * D))
             x = x + self._mlp(layer, _rms(x, layer.post_attention_layernorm))
         cache.length = col + 1
-        return self.norm_logits(x[:, 0])
+        return self.norm_logits(x)
 
     # ---- training: each distinct prompt once -------------------------------------------------------
     def shared_prompt_logits(

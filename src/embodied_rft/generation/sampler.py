@@ -105,6 +105,7 @@ class FastSampler:
         eos = torch.tensor(sorted(set(int(e) for e in eos_ids)), dtype=torch.long, device=dev)
         gen = torch.Generator(device=dev).manual_seed(int(seed))
         logits, prompt_kv, lens = lm.prefill([list(p) for p in prompts])
+        packed = lm.packed()  # this call's q/k/v weights as one matrix per layer
         B = len(prompts) * reps
         cache = lm.gen_cache(B, max_new_tokens, reps)
         if reps > 1:  # row r is sample r % reps of prompt r // reps; the prompt's keys stay in prompt_kv, once
@@ -151,7 +152,7 @@ class FastSampler:
                 cache = cache.keep(keep_dev, owner * reps + slot % reps)
                 tok, positions = tok[keep_dev], positions[keep_dev]
                 origin, alive = origin[keep], alive[keep]
-            logits = lm.decode_step(tok, positions, prompt_kv, cache)
+            logits = lm.decode_step(tok, positions, prompt_kv, cache, packed)
             positions = positions + 1
             steps += 1
             row_steps += cache.rows
