@@ -10,8 +10,9 @@ embedding module, RMSNorm computed as transformers computes it — in the two sh
   kept once (:class:`PromptKV`), read once per step for all of its samples; the generated tokens' keys/values
   in a preallocated cache written in place (:class:`GenCache`, one column per step), rows dropped from it when
   they finish. This is what :mod:`.sampler` drives.
-* :meth:`DecoderLM.shared_prompt_logits`: the training forward of GRPO's update, with each distinct prompt
-  computed once and every response attending to its prompt's keys and values (autograd flows through both).
+* :meth:`DecoderLM.prompt_states` / :meth:`DecoderLM.response_logits`: the training forward of GRPO's update,
+  with each distinct prompt computed once and every response attending to its prompt's keys and values
+  (autograd flows through both; the update runs the prompts once for all of its micro-batches).
 
 Which models: decoder-only text models whose layers are ``input_layernorm → self_attn(q,k,v,o) → residual →
 post_attention_layernorm → mlp(gate, up, down; SiLU) → residual``, rotary positions from
@@ -307,66 +308,100 @@ class DecoderLM:
         return self.norm_logits(x)
 
     # ---- training: each distinct prompt once -------------------------------------------------------
+    def prompt_states(self, prompts: list[list[int]]) -> PromptStates:
+        """The distinct prompts' forward (left-padded), with autograd: per layer the keys and values every
+        response attends to, and the last position's output (it predicts the first response token)."""
+        dev = self.device
+        P, Lp = len(prompts), max(len(p) for p in prompts)
+        ids = torch.zeros((P, Lp), dtype=torch.long)
+        valid = torch.zeros((P, Lp), dtype=torch.bool)
+        for i, p in enumerate(prompts):
+            ids[i, Lp - len(p) :] = torch.tensor(p, dtype=torch.long)
+            valid[i, Lp - len(p) :] = True
+        ids, valid = ids.to(dev), valid.to(dev)
+        lens = valid.sum(1)
+        pos = (torch.arange(Lp, device=dev).unsqueeze(0) - (Lp - lens).unsqueeze(1)).clamp(min=0)
+        mask = (torch.ones((Lp, Lp), dtype=torch.bool, device=dev).tril() & valid.unsqueeze(1)) | torch.eye(
+            Lp, dtype=torch.bool, device=dev
+        )
+        mask = mask.unsqueeze(1)
+        x = self._inner.embed_tokens(ids)
+        cos, sin = self._cos_sin(x, pos)
+        ks, vs = [], []
+        n_layers = len(self.layers)
+        for li, layer in enumerate(self.layers):
+            h = _rms(x, layer.input_layernorm)
+            q, k, v = self._qkv(layer, h, cos, sin)
+            ks.append(k)
+            vs.append(v)
+            if li < n_layers - 1:
+                x = x + self._out(layer, self._attend(q, k, v, mask))
+            else:
+                # the last layer's prompt output matters only at the last position: one query instead of Lp
+                x = x[:, -1:] + self._out(layer, self._attend(q[:, :, -1:], k, v, mask[:, :, -1:]))
+            x = x + self._mlp(layer, _rms(x, layer.post_attention_layernorm))
+        return PromptStates(ks, vs, x, valid, lens)
+
+    def response_logits(
+        self, states: PromptStates, responses: list[list[int]], prompt_of: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits [R, Lr, V] predicting every token of ``responses`` (right-padded), each continuing prompt
+        ``prompt_of[r]`` of ``states``, and the response mask [R, Lr] (bool). Response r attends to its prompt's
+        keys/values and its own causal prefix, at positions ``len(prompt) + j``: the same function as one
+        prompt + response sequence."""
+        dev = self.device
+        R, Lr = len(responses), max(1, max(len(r) for r in responses))
+        Lp = states.valid.shape[1]
+        ids = torch.zeros((R, Lr), dtype=torch.long)
+        valid = torch.zeros((R, Lr), dtype=torch.bool)
+        for i, r in enumerate(responses):
+            if r:
+                ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+                valid[i, : len(r)] = True
+        ids, valid = ids.to(dev), valid.to(dev)
+        owner = torch.tensor(prompt_of, dtype=torch.long, device=dev)
+        pos = states.lens[owner].unsqueeze(1) + torch.arange(Lr, device=dev).unsqueeze(0)
+        causal = torch.ones((Lr, Lr), dtype=torch.bool, device=dev).tril()
+        mask = torch.cat([states.valid[owner].unsqueeze(1).expand(R, Lr, Lp), causal.unsqueeze(0).expand(R, Lr, Lr)], dim=2)
+        mask = mask.unsqueeze(1)
+        x = self._inner.embed_tokens(ids)
+        cos, sin = self._cos_sin(x, pos)
+        for li, layer in enumerate(self.layers):
+            h = _rms(x, layer.input_layernorm)
+            q, k, v = self._qkv(layer, h, cos, sin)
+            k_all = torch.cat([states.k[li][owner], k], dim=2)
+            v_all = torch.cat([states.v[li][owner], v], dim=2)
+            x = x + self._out(layer, self._attend(q, k_all, v_all, mask))
+            x = x + self._mlp(layer, _rms(x, layer.post_attention_layernorm))
+        h = torch.cat([states.last[owner], x[:, :-1]], dim=1)  # position j predicts response token j
+        return self.norm_logits(h), valid
+
     def shared_prompt_logits(
         self, prompts: list[list[int]], responses: list[list[int]], prompt_of: list[int]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits [R, Lr, V] predicting every response token, and the response mask [R, Lr] (bool).
-
-        ``prompts`` are the distinct prompts, ``responses[r]`` continues ``prompts[prompt_of[r]]``. Each prompt
-        is run once; response ``r`` attends to its prompt's keys/values and to its own causal prefix, at
-        positions ``len(prompt) + j`` — the same function as running prompt + response as one sequence."""
-        dev = self.device
-        P, Lp = len(prompts), max(len(p) for p in prompts)
-        R, Lr = len(responses), max(1, max(len(r) for r in responses))
-        p_ids = torch.zeros((P, Lp), dtype=torch.long)
-        p_valid = torch.zeros((P, Lp), dtype=torch.bool)
-        for i, p in enumerate(prompts):
-            p_ids[i, Lp - len(p) :] = torch.tensor(p, dtype=torch.long)
-            p_valid[i, Lp - len(p) :] = True
-        r_ids = torch.zeros((R, Lr), dtype=torch.long)
-        r_valid = torch.zeros((R, Lr), dtype=torch.bool)
-        for i, r in enumerate(responses):
-            if r:
-                r_ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-                r_valid[i, : len(r)] = True
-        p_ids, p_valid, r_ids, r_valid = p_ids.to(dev), p_valid.to(dev), r_ids.to(dev), r_valid.to(dev)
-        owner = torch.tensor(prompt_of, dtype=torch.long, device=dev)
-        p_len = p_valid.sum(1)
-        p_pos = (torch.arange(Lp, device=dev).unsqueeze(0) - (Lp - p_len).unsqueeze(1)).clamp(min=0)
-        r_pos = p_len[owner].unsqueeze(1) + torch.arange(Lr, device=dev).unsqueeze(0)
-        eye_p = torch.eye(Lp, dtype=torch.bool, device=dev)
-        p_mask = (torch.ones((Lp, Lp), dtype=torch.bool, device=dev).tril() & p_valid.unsqueeze(1)) | eye_p
-        causal_r = torch.ones((Lr, Lr), dtype=torch.bool, device=dev).tril()
-        # response queries: [their prompt's valid columns | their own causal prefix]
-        r_mask = torch.cat(
-            [p_valid[owner].unsqueeze(1).expand(R, Lr, Lp), causal_r.unsqueeze(0).expand(R, Lr, Lr)], dim=2
-        )
-        p_mask, r_mask = p_mask.unsqueeze(1), r_mask.unsqueeze(1)
-        xp = self._inner.embed_tokens(p_ids)
-        xr = self._inner.embed_tokens(r_ids)
-        cos_p, sin_p = self._cos_sin(xp, p_pos)
-        cos_r, sin_r = self._cos_sin(xr, r_pos)
-        n_layers = len(self.layers)
-        for li, layer in enumerate(self.layers):
-            hp = _rms(xp, layer.input_layernorm)
-            hr = _rms(xr, layer.input_layernorm)
-            qp, kp, vp = self._qkv(layer, hp, cos_p, sin_p)
-            qr, kr, vr = self._qkv(layer, hr, cos_r, sin_r)
-            k_all = torch.cat([kp[owner], kr], dim=2)
-            v_all = torch.cat([vp[owner], vr], dim=2)
-            xr = xr + self._out(layer, self._attend(qr, k_all, v_all, r_mask))
-            xr = xr + self._mlp(layer, _rms(xr, layer.post_attention_layernorm))
-            if li < n_layers - 1:
-                xp = xp + self._out(layer, self._attend(qp, kp, vp, p_mask))
-                xp = xp + self._mlp(layer, _rms(xp, layer.post_attention_layernorm))
-            else:
-                # the last layer's prompt output matters only at the last position (it predicts the first
-                # response token): one query instead of Lp
-                last = self._attend(qp[:, :, -1:], kp, vp, p_mask[:, :, -1:])
-                xp = xp[:, -1:] + self._out(layer, last)
-                xp = xp + self._mlp(layer, _rms(xp, layer.post_attention_layernorm))
-        h = torch.cat([xp[owner], xr[:, :-1]], dim=1)  # position j predicts response token j
-        return self.norm_logits(h), r_valid
+        """:meth:`prompt_states` then :meth:`response_logits` in one graph."""
+        return self.response_logits(self.prompt_states(prompts), responses, prompt_of)
 
 
-__all__ = ["DecoderLM", "GenCache", "PromptKV", "SUPPORTED_MODEL_TYPES", "supports", "unsupported_reason"]
+@dataclass
+class PromptStates:
+    """What responses need of their prompts during training (see :meth:`DecoderLM.prompt_states`)."""
+
+    k: list[torch.Tensor]  # per layer [P, kv_heads, Lp, head_dim]
+    v: list[torch.Tensor]
+    last: torch.Tensor  # [P, 1, hidden]: the last prompt position's output before the final norm
+    valid: torch.Tensor  # [P, Lp] bool (left padding False)
+    lens: torch.Tensor  # [P]
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [*self.k, *self.v, self.last]
+
+    def detached(self) -> PromptStates:
+        """The same states as leaves that collect gradients (``.grad``) from every response pass; one backward of
+        :meth:`tensors` with those gradients then runs the prompts' own backward once."""
+        k = [t.detach().requires_grad_() for t in self.k]
+        v = [t.detach().requires_grad_() for t in self.v]
+        return PromptStates(k, v, self.last.detach().requires_grad_(), self.valid, self.lens)
+
+
+__all__ = ["DecoderLM", "GenCache", "PromptKV", "PromptStates", "SUPPORTED_MODEL_TYPES", "supports", "unsupported_reason"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..generation.decoder import DecoderLM, unsupported_reason
+from ..generation.decoder import DecoderLM, PromptStates, unsupported_reason
 from .grpo_config import GRPOConfig
 from .grpo_loss import grpo_loss, token_entropy, token_logprobs, token_weights
 from .grpo_rollout import EncodedPrompt, PolicyIO, batch_logprobs, build_batch
@@ -65,18 +65,10 @@ def _forward_padded(model: Any, io: PolicyIO, rows: Sequence[tuple[EncodedPrompt
     return _MicroBatch(logp, entropy, batch.mask)
 
 
-def _forward_shared(lm: DecoderLM, rows: Sequence[tuple[EncodedPrompt, Sequence[int]]], device: Any,
-                    temperature: float) -> _MicroBatch:
-    slot: dict[int, int] = {}
-    prompts: list[list[int]] = []
-    owner: list[int] = []
-    for p, _ in rows:
-        if id(p) not in slot:
-            slot[id(p)] = len(prompts)
-            prompts.append(p.ids)
-        owner.append(slot[id(p)])
+def _forward_shared(lm: DecoderLM, states: PromptStates, slot: dict[int, int], rows: Sequence[tuple[EncodedPrompt, Sequence[int]]],
+                    device: Any, temperature: float) -> _MicroBatch:
     responses = [list(r) for _, r in rows]
-    logits, valid = lm.shared_prompt_logits(prompts, responses, owner)
+    logits, valid = lm.response_logits(states, responses, [slot[id(p)] for p, _ in rows])
     targets = torch.zeros(valid.shape, dtype=torch.long, device=device)
     for i, r in enumerate(responses):
         if r:
@@ -111,21 +103,34 @@ def update_step(
 ) -> dict[str, float]:
     """One optimiser step over ``minibatch`` ((group, response) pairs); returns its diagnostics.
 
-    ``shared`` (:func:`shared_prompt_lm`): micro-batches are cut from the minibatch sorted by response length
-    and each distinct prompt of one is computed once; None: padded rows in minibatch order. The loss weights
+    ``shared`` (:func:`shared_prompt_lm`): each distinct prompt of the minibatch is computed once (forward and
+    backward) for all micro-batches, which are cut from the minibatch sorted by response length; None: padded
+    rows in minibatch order. The loss weights
     use the minibatch totals, so both give the same step (tested to 1e-5)."""
     lens = [len(groups[gi].responses[ri]) for gi, ri in minibatch]
     n_tokens, n_seqs = float(sum(lens)), float(sum(1 for n in lens if n > 0))
     optimizer.zero_grad(set_to_none=True)
     sums = dict.fromkeys(("tokens", "clipped", "ratio", "kl", "entropy", "approx_kl", "loss", "policy_loss"), 0.0)
     rows = list(minibatch)
-    if shared is not None:  # similar lengths per micro-batch: little response padding
-        rows.sort(key=lambda gr: len(groups[gr[0]].responses[gr[1]]))
+    states = leaves = None
+    if shared is not None:
+        # every distinct prompt of the minibatch computed once, for all micro-batches: the response passes
+        # accumulate gradients into the prompts' keys/values (leaves), whose own backward then runs once
+        slot: dict[int, int] = {}
+        prompts: list[list[int]] = []
+        for gi, _ in rows:
+            p = groups[gi].prompt
+            if id(p) not in slot:
+                slot[id(p)] = len(prompts)
+                prompts.append(p.ids)
+        states = shared.prompt_states(prompts)
+        leaves = states.detached()
+        rows.sort(key=lambda gr: len(groups[gr[0]].responses[gr[1]]))  # similar lengths per micro-batch
     for s in range(0, len(rows), cfg.micro_batch_size):
         chunk = rows[s : s + cfg.micro_batch_size]
         pairs = [(groups[gi].prompt, groups[gi].responses[ri]) for gi, ri in chunk]
         if shared is not None:
-            mb = _forward_shared(shared, pairs, device, cfg.temperature)
+            mb = _forward_shared(shared, leaves, slot, pairs, device, cfg.temperature)
         else:
             mb = _forward_padded(model, io, pairs, device, vision, cfg.temperature)
         logp, entropy = mb.logp, mb.entropy
@@ -144,6 +149,9 @@ def update_step(
         sums["kl"] += float(st.get("kl", 0.0))
         sums["entropy"] += float((entropy * mask).sum())
         sums["approx_kl"] += float(((old - logp.detach()) * mask).sum())
+    if states is not None:
+        grads = [t.grad if t.grad is not None else torch.zeros_like(t) for t in leaves.tensors()]
+        torch.autograd.backward(states.tensors(), grads)
     params = [p for p in model.parameters() if p.requires_grad]
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
     optimizer.step()
