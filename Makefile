@@ -75,7 +75,7 @@ ablation-no-sft: $(STAMP) params ## the paper's ablation: GRPO from the base mod
 	$(DVC) exp run -S grpo.init=base
 
 GRPO_LONG := -S grpo.max_updates=240 -S grpo.lr=1e-4 -S grpo.filter.updates_per_buffer=2
-grpo-long: $(STAMP) params ## GRPO 10x longer than the default (~2,100 prompts, 27-32 min of GRPO on 2 cores) as a DVC experiment: where the tiny preset shows a GRPO gain
+grpo-long: $(STAMP) params ## GRPO 10x longer than the default (~2,100 prompts, ~5 min of GRPO on 2 cores with the fast sampler) as a DVC experiment: where the tiny preset shows a GRPO gain
 	$(DVC) exp run $(GRPO_LONG)
 
 dag: $(STAMP) ## show the pipeline DAG

@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 from grpo_fixtures import grpo_samples, sft_policy, write_jsonl
-from test_grpo_local import run, tiny_cfg
+from test_grpo_local import _weights, kill_at_3_and_resume, run, tiny_cfg
 
 from embodied_rft.config import ConfigError, build
 from embodied_rft.filtering import FilterConfig
@@ -159,23 +159,9 @@ def test_engine_with_rollout_processes_trains(data, tmp_path):
 
 def test_kill_and_resume_with_rollout_processes_reaches_the_uninterrupted_weights(data, tmp_path):
     cfg = tiny_cfg(max_updates=4, save_every=2, eval_max_samples=0, rollout_processes=2, temperature=0.8, top_p=0.95)
-    ref = run(cfg, sft_policy(), data, tmp_path / "ref")
-
-    class Killed(RuntimeError):
-        pass
-
-    def kill_at_3(info):
-        if info.update == 3:
-            raise Killed
-
-    root = tmp_path / "killed"
-    with pytest.raises(Killed):
-        run(cfg, sft_policy(), data, root, hooks={"on_update": kill_at_3})
-    again = run(cfg, sft_policy(), data, root)
+    ref, again, root = kill_at_3_and_resume(cfg, data, tmp_path)
     assert again["resumed"] is True and again["updates"] == 4
     assert again["counters"] == ref["counters"]  # the same responses were sampled after the resume
-    from test_grpo_local import _weights
-
     resumed, uninterrupted = _weights(root / "out"), _weights(tmp_path / "ref" / "out")
     for k, v in resumed.items():
         assert torch.allclose(v, uninterrupted[k], atol=1e-6), k

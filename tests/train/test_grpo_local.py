@@ -130,8 +130,8 @@ def test_counter_sees_zero_advantage_groups_when_nothing_filters(data, tmp_path)
     assert m["heldout"] is None
 
 
-def test_kill_and_resume_reaches_the_same_step(data, tmp_path):
-    cfg = tiny_cfg(max_updates=4, save_every=2, eval_max_samples=0)
+def kill_at_3_and_resume(cfg: GRPOConfig, data: Path, tmp_path: Path) -> tuple[dict, dict, Path]:
+    """The uninterrupted run, and the same run killed at update 3 (checkpoint every 2) then rerun: (ref, again, root)."""
     ref = run(cfg, sft_policy(), data, tmp_path / "ref")
 
     class Killed(RuntimeError):
@@ -145,7 +145,12 @@ def test_kill_and_resume_reaches_the_same_step(data, tmp_path):
     with pytest.raises(Killed):
         run(cfg, sft_policy(), data, root, hooks={"on_update": kill_at_3})
     assert (root / "work" / "latest").read_text().strip() == "ckpt-0000002"
-    again = run(cfg, sft_policy(), data, root)
+    return ref, run(cfg, sft_policy(), data, root), root
+
+
+def test_kill_and_resume_reaches_the_same_step(data, tmp_path):
+    cfg = tiny_cfg(max_updates=4, save_every=2, eval_max_samples=0)
+    ref, again, root = kill_at_3_and_resume(cfg, data, tmp_path)
     assert again["resumed"] is True
     assert again["updates"] == ref["updates"] == 4
     assert again["counters"] == ref["counters"]

@@ -72,6 +72,23 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos + _rotate_half(x) * sin
 
 
+def _rows_to_grid(t: torch.Tensor, slot: torch.Tensor, P: int, G: int, dense: bool) -> torch.Tensor:
+    """Rows [B, Hkv, rep, n] onto the [prompts, samples] grid as [P, Hkv, G·rep, n] (empty slots zero)."""
+    if not dense:
+        grid = t.new_zeros((P * G, *t.shape[1:]))
+        grid[slot] = t
+        t = grid
+    _, Hkv, rep, n = t.shape
+    return t.reshape(P, G, Hkv, rep, n).transpose(1, 2).reshape(P, Hkv, G * rep, n)
+
+
+def _grid_to_rows(t: torch.Tensor, slot: torch.Tensor, G: int, rep: int, dense: bool) -> torch.Tensor:
+    """The inverse of :func:`_rows_to_grid`: [P, Hkv, G·rep, n] back to the rows [B, Hkv, rep, n]."""
+    P, Hkv, _, n = t.shape
+    t = t.view(P, Hkv, G, rep, n).transpose(1, 2).reshape(P * G, Hkv, rep, n)
+    return t if dense else t[slot]
+
+
 @dataclass
 class PromptKV:
     """Each distinct prompt's keys and values, computed once: per layer ``[P, kv_heads, W, head_dim]`` (prompts
@@ -192,10 +209,9 @@ class DecoderLM:
         head = self.model.lm_head
         return F.linear(h, head.weight, getattr(head, "bias", None))
 
-    # ---- sampling: prefill + in-place decode -------------------------------------------------------
-    def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, PromptKV, torch.Tensor]:
-        """Run the prompts (left-padded) once; returns last-position logits [P, V], their keys/values and each
-        prompt's length [P]."""
+    def _left_padded(self, prompts: list[list[int]]):
+        """Prompts left-padded to the longest: ids [P, W], valid [P, W], lengths [P], rotary positions [P, W] and
+        the causal attention mask [P, 1, W, W] (a padding query sees only itself: never used, softmax finite)."""
         dev = self.device
         P, width = len(prompts), max(len(p) for p in prompts)
         ids = torch.zeros((P, width), dtype=torch.long)
@@ -207,9 +223,17 @@ class DecoderLM:
         lens = valid.sum(1)
         positions = (torch.arange(width, device=dev).unsqueeze(0) - (width - lens).unsqueeze(1)).clamp(min=0)
         causal = torch.ones((width, width), dtype=torch.bool, device=dev).tril()
-        # a padding query sees nothing but itself (its output is never used; softmax stays finite)
         mask = (causal.unsqueeze(0) & valid.unsqueeze(1)) | torch.eye(width, dtype=torch.bool, device=dev).unsqueeze(0)
-        mask = mask.unsqueeze(1)
+        return ids, valid, lens, positions, mask.unsqueeze(1)
+
+    # ---- sampling: prefill + in-place decode -------------------------------------------------------
+    def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, PromptKV, torch.Tensor]:
+        """Run the prompts (left-padded) once; returns last-position logits [P, V], their keys/values and each
+        prompt's length [P]."""
+        dev = self.device
+        P = len(prompts)
+        ids, valid, lens, positions, mask = self._left_padded(prompts)
+        width = ids.shape[1]
         x = self._inner.embed_tokens(ids)
         cos, sin = self._cos_sin(x, positions)
         ks, vs = [], []
@@ -278,29 +302,13 @@ class DecoderLM:
             cache.k[li][:, :, col] = qk[:, H:]
             cache.v[li][:, :, col] = v
             qg = qk[:, :H].reshape(B, Hkv, rep, D).mul_(self.scale)  # the rep query heads of a KV head share its keys
-            if dense:
-                grid = qg
-            else:
-                grid = qg.new_zeros((P * G, Hkv, rep, D))
-                grid[slot] = qg
-            grid = grid.view(P, G, Hkv, rep, D).transpose(1, 2).reshape(P, Hkv, G * rep, D)
-            s_p = torch.matmul(grid, prompt.k[li].transpose(-1, -2)).add_(p_bias)  # [P, Hkv, G·rep, W]
-            s_p = s_p.view(P, Hkv, G, rep, W).transpose(1, 2).reshape(P * G, Hkv, rep, W)
-            if not dense:
-                s_p = s_p[slot]
+            grid_q = _rows_to_grid(qg, slot, P, G, dense)  # [P, Hkv, G·rep, D]: a prompt's keys read once for its rows
+            s_p = _grid_to_rows(torch.matmul(grid_q, prompt.k[li].transpose(-1, -2)).add_(p_bias), slot, G, rep, dense)
             k_own, v_own = cache.k[li][:, :, : col + 1], cache.v[li][:, :, : col + 1]
             s_own = torch.matmul(qg, k_own.transpose(-1, -2))  # [B, Hkv, rep, t]
             probs = torch.softmax(torch.cat([s_p, s_own], dim=-1), dim=-1)
             p_p, p_own = probs[..., :W], probs[..., W:]
-            if dense:
-                pg = p_p
-            else:
-                pg = p_p.new_zeros((P * G, Hkv, rep, W))
-                pg[slot] = p_p
-            pg = pg.reshape(P, G, Hkv, rep, W).transpose(1, 2).reshape(P, Hkv, G * rep, W)
-            o_p = torch.matmul(pg, prompt.v[li]).view(P, Hkv, G, rep, D).transpose(1, 2).reshape(P * G, Hkv, rep, D)
-            if not dense:
-                o_p = o_p[slot]
+            o_p = _grid_to_rows(torch.matmul(_rows_to_grid(p_p, slot, P, G, dense), prompt.v[li]), slot, G, rep, dense)
             a = o_p + torch.matmul(p_own, v_own)
             x = x + self._out(layer, a.reshape(B, H * D))
             x = x + self._mlp(layer, _rms(x, layer.post_attention_layernorm))
@@ -311,20 +319,7 @@ class DecoderLM:
     def prompt_states(self, prompts: list[list[int]]) -> PromptStates:
         """The distinct prompts' forward (left-padded), with autograd: per layer the keys and values every
         response attends to, and the last position's output (it predicts the first response token)."""
-        dev = self.device
-        P, Lp = len(prompts), max(len(p) for p in prompts)
-        ids = torch.zeros((P, Lp), dtype=torch.long)
-        valid = torch.zeros((P, Lp), dtype=torch.bool)
-        for i, p in enumerate(prompts):
-            ids[i, Lp - len(p) :] = torch.tensor(p, dtype=torch.long)
-            valid[i, Lp - len(p) :] = True
-        ids, valid = ids.to(dev), valid.to(dev)
-        lens = valid.sum(1)
-        pos = (torch.arange(Lp, device=dev).unsqueeze(0) - (Lp - lens).unsqueeze(1)).clamp(min=0)
-        mask = (torch.ones((Lp, Lp), dtype=torch.bool, device=dev).tril() & valid.unsqueeze(1)) | torch.eye(
-            Lp, dtype=torch.bool, device=dev
-        )
-        mask = mask.unsqueeze(1)
+        ids, valid, lens, pos, mask = self._left_padded(prompts)
         x = self._inner.embed_tokens(ids)
         cos, sin = self._cos_sin(x, pos)
         ks, vs = [], []
