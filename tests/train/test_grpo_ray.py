@@ -13,7 +13,7 @@ from embodied_rft.models import load_model
 from embodied_rft.train.grpo_config import GRPOConfig
 from embodied_rft.train.grpo_local import run_grpo_local
 from embodied_rft.train.grpo_ray import RayRollout
-from embodied_rft.train.grpo_rollout import PolicyIO, sample_responses
+from embodied_rft.train.grpo_rollout import PolicyIO, make_sampler, sample_groups
 
 ray = pytest.importorskip("ray")
 
@@ -28,27 +28,34 @@ def local_ray():
     ray.shutdown()
 
 
-def test_actor_samples_what_the_trainer_would(local_ray):
+@pytest.mark.parametrize("sampler", ["fast", "hf"])
+def test_actor_samples_what_the_trainer_would(local_ray, sampler):
     torch.set_num_threads(1)
     model, tok = load_model(sft_policy(), for_training=True)
     io = PolicyIO(tok, 256)
     io.add_model_eos(model)
     prompts = [io.encode(s, i) for i, s in enumerate(grpo_samples()[:2])]
     gen = dict(temperature=1.0, top_p=1.0, max_new_tokens=40)
-    rollout = RayRollout(1, str(sft_policy()), 256, model, num_cpus=2)
+    local_sampler = make_sampler(model, sampler)
+
+    def local():  # what the trainer's own process samples for chunk 0 (seeded seed * 1009)
+        return sample_groups(model, io, prompts, 3, sampler=local_sampler, seed=5 * 1009, **gen)
+
+    rollout = RayRollout(1, str(sft_policy()), 256, model, num_cpus=2, sampler=sampler)
     try:
-        # one actor takes the whole call as chunk 0, seeded seed * 1009
+        # one actor takes the whole call as chunk 0
         remote = rollout.sample(prompts, 3, seed=5, **gen)
-        local = sample_responses(model, io, prompts, 3, seed=5 * 1009, **gen)
-        assert remote == local
+        want = local()
+        assert remote.responses == want.responses
+        assert (remote.logprobs is None) == (want.logprobs is None) == (sampler == "hf")
         # after an update the actor must sample from the new weights, not the checkpoint it loaded
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(0.05 * torch.randn_like(p))
-        stale = remote
+        stale = remote.responses
         rollout.refresh(model)
-        fresh = rollout.sample(prompts, 3, seed=5, **gen)
-        assert fresh == sample_responses(model, io, prompts, 3, seed=5 * 1009, **gen)
+        fresh = rollout.sample(prompts, 3, seed=5, **gen).responses
+        assert fresh == local().responses
         assert fresh != stale
         assert rollout.version == 2
     finally:
