@@ -81,7 +81,8 @@ def samples_generator() -> types.ModuleType:
     name = "openrlhf.trainer.ppo_utils.samples_generator"
     if name in sys.modules:
         return sys.modules[name]
-    if importlib.util.find_spec("vllm") is None:
+    stub_vllm = importlib.util.find_spec("vllm") is None
+    if stub_vllm:
         vllm = types.ModuleType("vllm")
 
         class SamplingParams:  # only constructed by the dispatch method, which the tests replace
@@ -96,7 +97,13 @@ def samples_generator() -> types.ModuleType:
         stub.batch_vllm_engine_call = lambda *a, **k: None  # type: ignore[attr-defined]
         stub.create_vllm_engines = lambda *a, **k: None  # type: ignore[attr-defined]
         sys.modules[engine] = stub
-    mod = importlib.import_module(name)
+    try:
+        mod = importlib.import_module(name)
+    finally:
+        if stub_vllm:
+            # the module keeps its reference; left in sys.modules the stub would make later `find_spec("vllm")`
+            # calls (TRL's, at import) fail with "vllm.__spec__ is None"
+            del sys.modules["vllm"]
     mod.ray = _LocalRay  # type: ignore[attr-defined]
     mod.tqdm = functools.partial(mod.tqdm, disable=True)  # type: ignore[attr-defined]
     return mod

@@ -21,12 +21,7 @@ from embodied_rft.train.grpo_rollout import PolicyIO, make_sampler, sample_group
 from embodied_rft.train.grpo_update import Group, shared_prompt_lm, update_step
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture

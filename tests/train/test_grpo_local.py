@@ -220,7 +220,7 @@ def test_updates_raise_above_average_responses_relative_to_the_rest():
     cfg = tiny_cfg(group_size=8, rollout_batch_size=4, lr=3e-4, train_batch_size=32, micro_batch_size=32,
                    filter=FilterConfig(buffer_size=4, updates_per_buffer=4))
     eng = GRPOEngine(cfg, sft_policy(), grpo_samples(), [], Path("unused"), RewardConfig(), Path("."), "fp")
-    eng.rollout = LocalRollout(eng.model, eng.io, eng.device)
+    eng.rollout = LocalRollout(eng.model, eng.io, eng.device, eng.sampler)
     stats = _RolloutStats()
     while not eng.buffer.ready():
         assert eng.rollout_step(stats)

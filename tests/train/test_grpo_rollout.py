@@ -16,13 +16,7 @@ from embodied_rft.train.grpo_local import _freeze_vision, run_grpo_local
 from embodied_rft.train.grpo_rollout import PolicyIO, _cat_mm, _left_pad, _token_mm, sample_responses, sequence_logprobs
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # tiny models: intra-op threads only add contention (see GRPOConfig.num_threads)
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _generate_with_logits(model, io, prompts, n_new, temperature):

@@ -32,9 +32,8 @@ import torch.nn.functional as F
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 
 
-def unsupported_reason(model: Any) -> str | None:
-    """Why ``model`` cannot run on :class:`DecoderLM` (None when it can)."""
-    cfg = getattr(model, "config", None)
+def config_unsupported_reason(cfg: Any) -> str | None:
+    """Why a model with this transformers config cannot run on :class:`DecoderLM` (None when it can)."""
     mt = getattr(cfg, "model_type", None)
     if mt not in SUPPORTED_MODEL_TYPES:
         return f"model_type {mt!r} is not one of {list(SUPPORTED_MODEL_TYPES)} (use the hf or vllm backend)"
@@ -45,6 +44,14 @@ def unsupported_reason(model: Any) -> str | None:
     act = getattr(cfg, "hidden_act", "silu")
     if act != "silu":
         return f"hidden_act {act!r}: only SiLU (SwiGLU) MLPs are implemented"
+    return None
+
+
+def unsupported_reason(model: Any) -> str | None:
+    """Why ``model`` cannot run on :class:`DecoderLM` (None when it can)."""
+    why = config_unsupported_reason(getattr(model, "config", None))
+    if why is not None:
+        return why
     inner = getattr(model, "model", None)
     if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
         return "the model has no .model.layers / .model.rotary_emb"
@@ -53,6 +60,22 @@ def unsupported_reason(model: Any) -> str | None:
 
 def supports(model: Any) -> bool:
     return unsupported_reason(model) is None
+
+
+def decoder_for(model: Any, mode: str, *, key: str, on: str, off: str) -> DecoderLM | None:
+    """The config switch ``key`` between this module (``mode == on``) and transformers (``mode == off``):
+    ``auto`` takes :class:`DecoderLM` where the model qualifies; ``on`` for a model that does not is an error
+    naming the key. Returns the :class:`DecoderLM`, or None for the transformers path."""
+    if mode not in ("auto", on, off):
+        raise ValueError(f"{key}: unknown value {mode!r}; choose one of {['auto', on, off]}")
+    if mode == off:
+        return None
+    why = unsupported_reason(model)
+    if why is None:
+        return DecoderLM(model)
+    if mode == on:
+        raise ValueError(f"{key}={on}: {why}; use {key}={off} (or auto)")
+    return None
 
 
 def _rms(x: torch.Tensor, norm: Any) -> torch.Tensor:
@@ -151,7 +174,6 @@ class DecoderLM:
         self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads)
         self.n_rep = self.n_heads // self.n_kv
         self.scale = self.head_dim**-0.5
-        self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 0)
 
     # ---- pieces ---------------------------------------------------------------------------------
     @property
@@ -175,7 +197,7 @@ class DecoderLM:
         return self._inner.rotary_emb(x, positions)
 
     def _qkv(self, layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """Rotated queries [B, Hkv, rep·T, D] (grouped by KV head) and keys/values [B, Hkv, T, D]."""
+        """Rotated queries [B, H, T, D] and keys [B, Hkv, T, D], and values [B, Hkv, T, D]."""
         at = layer.self_attn
         B, T, _ = h.shape
         q = F.linear(h, at.q_proj.weight, at.q_proj.bias).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
@@ -265,11 +287,10 @@ class DecoderLM:
         out = []
         for layer in self.layers:
             at = layer.self_attn
-            w = torch.cat([at.q_proj.weight, at.k_proj.weight, at.v_proj.weight])
-            biases = [at.q_proj.bias, at.k_proj.bias, at.v_proj.bias]
-            b = torch.cat(biases) if all(x is not None for x in biases) else None
-            if b is None and any(x is not None for x in biases):
-                b = torch.cat([x if x is not None else w.new_zeros(w.shape[0] // 3) for x in biases])
+            projs = (at.q_proj, at.k_proj, at.v_proj)
+            w = torch.cat([m.weight for m in projs])
+            has_bias = any(m.bias is not None for m in projs)
+            b = torch.cat([m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in projs]) if has_bias else None
             out.append((w, b))
         return out
 
@@ -339,9 +360,9 @@ class DecoderLM:
 
     def response_logits(
         self, states: PromptStates, responses: list[list[int]], prompt_of: list[int]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits [R, Lr, V] predicting every token of ``responses`` (right-padded), each continuing prompt
-        ``prompt_of[r]`` of ``states``, and the response mask [R, Lr] (bool). Response r attends to its prompt's
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Logits [R, Lr, V] predicting every token of ``responses``, each continuing prompt ``prompt_of[r]`` of
+        ``states``; the responses as targets [R, Lr] (right-padded with 0) and their mask [R, Lr] (bool). Response r attends to its prompt's
         keys/values and its own causal prefix, at positions ``len(prompt) + j``: the same function as one
         prompt + response sequence."""
         dev = self.device
@@ -369,13 +390,7 @@ class DecoderLM:
             x = x + self._out(layer, self._attend(q, k_all, v_all, mask))
             x = x + self._mlp(layer, _rms(x, layer.post_attention_layernorm))
         h = torch.cat([states.last[owner], x[:, :-1]], dim=1)  # position j predicts response token j
-        return self.norm_logits(h), valid
-
-    def shared_prompt_logits(
-        self, prompts: list[list[int]], responses: list[list[int]], prompt_of: list[int]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`prompt_states` then :meth:`response_logits` in one graph."""
-        return self.response_logits(self.prompt_states(prompts), responses, prompt_of)
+        return self.norm_logits(h), ids, valid
 
 
 @dataclass
@@ -399,4 +414,4 @@ class PromptStates:
         return PromptStates(k, v, self.last.detach().requires_grad_(), self.valid, self.lens)
 
 
-__all__ = ["DecoderLM", "GenCache", "PromptKV", "PromptStates", "SUPPORTED_MODEL_TYPES", "supports", "unsupported_reason"]
+__all__ = ["DecoderLM", "config_unsupported_reason", "decoder_for", "GenCache", "PromptKV", "PromptStates", "SUPPORTED_MODEL_TYPES", "supports", "unsupported_reason"]

@@ -19,20 +19,18 @@ from typing import Any
 
 from .base import Completion
 from .config import GenerationConfig
-from .decoder import SUPPORTED_MODEL_TYPES, DecoderLM, unsupported_reason
+from .decoder import DecoderLM, config_unsupported_reason, unsupported_reason
 from .hf import HFGenerator
 from .sampler import FastSampler
 
 
 def checkpoint_supported(model_dir: str | Path) -> bool:
-    """Whether the checkpoint in ``model_dir`` is a text model the fast backend runs (from its config.json)."""
-    import json
+    """Whether the checkpoint in ``model_dir`` is a model the fast backend runs (judged from its config)."""
+    from transformers import AutoConfig
 
-    cfg_path = Path(model_dir) / "config.json"
-    if not cfg_path.is_file():
+    if not (Path(model_dir) / "config.json").is_file():
         return False
-    cfg = json.loads(cfg_path.read_text())
-    return cfg.get("model_type") in SUPPORTED_MODEL_TYPES and not cfg.get("vision_config")
+    return config_unsupported_reason(AutoConfig.from_pretrained(str(model_dir))) is None
 
 
 class FastGenerator(HFGenerator):
@@ -45,32 +43,10 @@ class FastGenerator(HFGenerator):
             raise ValueError(f"generation.backend=fast: {why or 'vision-language models use hf or vllm'}")
         self.sampler = FastSampler(DecoderLM(self.model))
 
-    @classmethod
-    def from_pretrained(cls, model_dir: str | Path, cfg: GenerationConfig) -> FastGenerator:
-        from ..models import load_model
-
-        model, tok = load_model(str(model_dir), for_training=False)
-        return cls(model, tok, cfg)
-
     def _generate_batch(
         self, texts: list[str], images: list[Any], mnt: int, temp: float, tp: float, n: int, seed: int
     ) -> list[list[Completion]]:
         # the chat template already wrote any BOS token; don't let the tokenizer add another
         ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
         out = self.sampler.sample(ids, n, max_new_tokens=mnt, temperature=temp, top_p=tp, eos_ids=self.eos_ids, seed=seed)
-        comps: list[list[Completion]] = []
-        for prompt, group in zip(ids, out.tokens, strict=True):
-            cs = []
-            for toks in group:
-                stopped = bool(toks) and toks[-1] in self.eos_ids
-                body = toks[:-1] if stopped else toks
-                cs.append(
-                    Completion(
-                        text=self.tokenizer.decode(body, skip_special_tokens=True),
-                        prompt_tokens=len(prompt),
-                        completion_tokens=len(toks),
-                        finish_reason="stop" if stopped else "length",
-                    )
-                )
-            comps.append(cs)
-        return comps
+        return [[self._completion(t, len(prompt)) for t in group] for prompt, group in zip(ids, out.tokens, strict=True)]

@@ -164,19 +164,17 @@ class HFGenerator(Generator):
         new = out[:, prompt_len:].tolist()
         comps: list[list[Completion]] = []
         for row in range(len(texts)):
-            cs = []
-            for r in range(reps):
-                toks = new[row * reps + r]
-                stop = next((j for j, t in enumerate(toks) if t in self.eos_ids), None)
-                body = toks if stop is None else toks[:stop]
-                text = self.tokenizer.decode(body, skip_special_tokens=True)
-                cs.append(
-                    Completion(
-                        text=text,
-                        prompt_tokens=int(prompt_tokens[row]),
-                        completion_tokens=len(body) + (0 if stop is None else 1),
-                        finish_reason="stop" if stop is not None else "length",
-                    )
-                )
+            cs = [self._completion(new[row * reps + r], int(prompt_tokens[row])) for r in range(reps)]
             comps.append(cs * n if greedy else cs)
         return comps
+
+    def _completion(self, toks: list[int], prompt_tokens: int) -> Completion:
+        """One response from its generated ids: text up to the first end token, token counts, finish reason."""
+        stop = next((j for j, t in enumerate(toks) if t in self.eos_ids), None)
+        body = toks if stop is None else toks[:stop]
+        return Completion(
+            text=self.tokenizer.decode(body, skip_special_tokens=True),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=len(body) + (0 if stop is None else 1),
+            finish_reason="stop" if stop is not None else "length",
+        )

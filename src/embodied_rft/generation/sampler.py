@@ -46,10 +46,6 @@ class Samples:
     steps: int = 0
     row_steps: int = 0
 
-    @property
-    def generated_tokens(self) -> int:
-        return sum(len(t) for group in self.tokens for t in group)
-
 
 def nucleus_probs(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """``probs`` [B, V] with every token outside the top-p nucleus set to 0 (not renormalised)."""

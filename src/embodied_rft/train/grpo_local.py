@@ -463,7 +463,7 @@ def _run(
         eng.rollout = RayRollout(cfg.num_rollout_workers, eng.policy_dir, cfg.max_prompt_tokens, eng.model, cfg.ray_num_cpus,
                                  cfg.sampler)
     else:
-        eng.rollout = LocalRollout(eng.model, eng.io, eng.device, cfg.sampler)
+        eng.rollout = LocalRollout(eng.model, eng.io, eng.device, eng.sampler)
     try:
         return _loop(cfg, eng, resumed, work_dir, out_dir, metrics_path, plots_path, t_start, states, len(train))
     finally:

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ..generation.sampler import FastSampler
 from .grpo_rollout import EncodedPrompt, PolicyIO, Rollout, make_sampler, sample_groups
 
 log = logging.getLogger(__name__)
@@ -33,9 +34,9 @@ log = logging.getLogger(__name__)
 class LocalRollout:
     """Sample with the trainer's own model (the fast sampler reads its parameters at every call)."""
 
-    def __init__(self, model: Any, io: PolicyIO, device: Any, sampler: str = "auto") -> None:
-        self.model, self.io, self.device = model, io, device
-        self.sampler = make_sampler(model, sampler)
+    def __init__(self, model: Any, io: PolicyIO, device: Any, sampler: FastSampler | None = None) -> None:
+        # sampler: the engine's (grpo_rollout.make_sampler), None = transformers' generate
+        self.model, self.io, self.device, self.sampler = model, io, device, sampler
 
     def sample(self, prompts: Sequence[EncodedPrompt], group_size: int, *, seed: int, **gen: Any) -> Rollout:
         return sample_groups(self.model, self.io, prompts, group_size, sampler=self.sampler, seed=seed, device=self.device, **gen)

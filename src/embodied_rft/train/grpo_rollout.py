@@ -6,10 +6,12 @@ Outputs: :class:`EncodedPrompt` (templated prompt token ids, pixel inputs for a 
 response token-id lists — the exact tokens sampled, so the trainer scores and differentiates what the
 policy produced (decoded text is not re-tokenised; BPE round trips are not exact).
 
-Sampling: the P prompts of a call are left-padded into one batch, each repeated G times, and decoded by
-``model.generate`` with its KV cache, multinomial sampling at the configured temperature and top-p (top-k
-off), seeded per call so a resumed run samples what the killed one would have. Repeating the rows ourselves
-(instead of ``num_return_sequences``) keeps multimodal inputs aligned for any VLM.
+Sampling (:func:`sample_groups`): with ``grpo.sampler`` fast (Qwen2/Llama text models) the project's sampler
+(``generation.sampler``) prefills each prompt once for its G samples and returns each sampled token's log-prob;
+otherwise (:func:`sample_responses`) the P prompts of a call are left-padded into one batch, each repeated G
+times, and decoded by ``model.generate`` with its KV cache, multinomial sampling at the configured temperature
+and top-p (top-k off). Both are seeded per call so a resumed run samples what the killed one would have.
+Repeating the rows ourselves (instead of ``num_return_sequences``) keeps multimodal inputs aligned for any VLM.
 
 Training batches use one layout: prompts left-padded to a common length, responses right-padded after it,
 so all response tokens start at the same column and only the response logits are computed
@@ -29,7 +31,7 @@ from typing import Any
 import torch
 
 from ..generation.base import content_parts, text_only
-from ..generation.decoder import DecoderLM, unsupported_reason
+from ..generation.decoder import decoder_for
 from ..generation.sampler import FastSampler
 from .grpo_loss import token_entropy, token_logprobs
 
@@ -178,23 +180,12 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0) * mask
 
 
-SAMPLERS = ("auto", "fast", "hf")
-
-
 def make_sampler(model: Any, name: str) -> FastSampler | None:
-    """The fast sampler for ``model`` (``name`` fast, or auto and the model qualifies), else None (= ``generate``).
-
-    ``fast`` on a model the sampler cannot run (a VLM, another family) is an error naming ``grpo.sampler``."""
-    if name not in SAMPLERS:
-        raise ValueError(f"grpo.sampler: unknown sampler {name!r}; choose one of {list(SAMPLERS)}")
-    if name == "hf":
-        return None
-    why = unsupported_reason(model)
-    if why is None:
-        return FastSampler(DecoderLM(model))
-    if name == "fast":
-        raise ValueError(f"grpo.sampler=fast: {why}; use grpo.sampler=hf (or auto)")
-    return None
+    """The fast sampler for ``model`` (``grpo.sampler``: fast, or auto and the model qualifies), else None
+    (= ``generate``); ``fast`` on a model the sampler cannot run (a VLM, another family) is an error naming
+    the key."""
+    lm = decoder_for(model, name, key="grpo.sampler", on="fast", off="hf")
+    return FastSampler(lm) if lm is not None else None
 
 
 @dataclass
@@ -222,7 +213,9 @@ def sample_groups(
 ) -> Rollout:
     """G responses per prompt with ``sampler`` (each prompt prefilled once; log-probs returned) or, when it
     is None, with ``model.generate`` (:func:`sample_responses`)."""
-    if sampler is None or any(p.mm for p in prompts):
+    if sampler is not None and any(p.mm for p in prompts):
+        raise ValueError("the fast sampler is for text models; prompts with pixel inputs need grpo.sampler=hf")
+    if sampler is None:
         return Rollout(
             sample_responses(model, io, prompts, group_size, temperature=temperature, top_p=top_p,
                              max_new_tokens=max_new_tokens, seed=seed, device=device)
@@ -371,7 +364,6 @@ def sequence_logprobs(
 
 
 __all__ = [
-    "SAMPLERS",
     "EncodedPrompt",
     "PolicyIO",
     "Rollout",

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..generation.decoder import DecoderLM, PromptStates, unsupported_reason
+from ..generation.decoder import DecoderLM, PromptStates, decoder_for
 from .grpo_config import GRPOConfig
 from .grpo_loss import grpo_loss, token_entropy, token_logprobs, token_weights
 from .grpo_rollout import EncodedPrompt, PolicyIO, batch_logprobs, build_batch
@@ -39,14 +39,7 @@ class Group:
 
 def shared_prompt_lm(model: Any, mode: str) -> DecoderLM | None:
     """The functional model for the shared-prompt update forward (``grpo.update_forward``), or None (padded)."""
-    if mode == "padded":
-        return None
-    why = unsupported_reason(model)
-    if why is None:
-        return DecoderLM(model)
-    if mode == "shared_prompt":
-        raise ValueError(f"grpo.update_forward=shared_prompt: {why}; use padded (or auto)")
-    return None
+    return decoder_for(model, mode, key="grpo.update_forward", on="shared_prompt", off="padded")
 
 
 @dataclass
@@ -66,13 +59,8 @@ def _forward_padded(model: Any, io: PolicyIO, rows: Sequence[tuple[EncodedPrompt
 
 
 def _forward_shared(lm: DecoderLM, states: PromptStates, slot: dict[int, int], rows: Sequence[tuple[EncodedPrompt, Sequence[int]]],
-                    device: Any, temperature: float) -> _MicroBatch:
-    responses = [list(r) for _, r in rows]
-    logits, valid = lm.response_logits(states, responses, [slot[id(p)] for p, _ in rows])
-    targets = torch.zeros(valid.shape, dtype=torch.long, device=device)
-    for i, r in enumerate(responses):
-        if r:
-            targets[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+                    temperature: float) -> _MicroBatch:
+    logits, targets, valid = lm.response_logits(states, [list(r) for _, r in rows], [slot[id(p)] for p, _ in rows])
     logp = token_logprobs(logits, targets, temperature)
     with torch.no_grad():
         entropy = token_entropy(logits.detach(), temperature)
@@ -105,8 +93,8 @@ def update_step(
 
     ``shared`` (:func:`shared_prompt_lm`): each distinct prompt of the minibatch is computed once (forward and
     backward) for all micro-batches, which are cut from the minibatch sorted by response length; None: padded
-    rows in minibatch order. The loss weights
-    use the minibatch totals, so both give the same step (tested to 1e-5)."""
+    rows in minibatch order. The loss weights use the minibatch totals, so both give the same step (tested to
+    1e-5)."""
     lens = [len(groups[gi].responses[ri]) for gi, ri in minibatch]
     n_tokens, n_seqs = float(sum(lens)), float(sum(1 for n in lens if n > 0))
     optimizer.zero_grad(set_to_none=True)
@@ -130,7 +118,7 @@ def update_step(
         chunk = rows[s : s + cfg.micro_batch_size]
         pairs = [(groups[gi].prompt, groups[gi].responses[ri]) for gi, ri in chunk]
         if shared is not None:
-            mb = _forward_shared(shared, leaves, slot, pairs, device, cfg.temperature)
+            mb = _forward_shared(shared, leaves, slot, pairs, cfg.temperature)
         else:
             mb = _forward_padded(model, io, pairs, device, vision, cfg.temperature)
         logp, entropy = mb.logp, mb.entropy
