@@ -11,7 +11,9 @@ Rows, each new path beside its reference in the same process:
   tokens/s those GEMMs alone would allow (the layer + LM-head FLOPs per token at the measured rate);
 * ``generate``: generated tokens/s of ``grpo_rollout.sample_responses`` (transformers' ``generate``, each
   prompt repeated G times) vs the fast sampler (one prefill per prompt, in-place cache, finished rows
-  dropped), same prompts, G, temperature, cap — plus the old-log-prob pass the fast sampler makes unneeded;
+  dropped), same prompts, G, temperature, cap — plus the old-log-prob pass the fast sampler makes unneeded,
+  and the fast sampler with continuous batching (half the rows live, the other prompts admitted as rows
+  finish: the same samples, ``grpo.sampler_max_rows``);
 * ``update step``: one optimiser step's forward + backward over the sampled responses, padded rows vs the
   shared-prompt forward;
 * both cores (``--procs 2``): ``generate`` with 2 threads, the fast sampler in one process with 2 threads, and
@@ -118,11 +120,18 @@ def run(model: str | None = None, samples: str | None = None, prompts: int = 16,
     t_fast, fast = _best(repeats, lambda: sample_groups(lm, io, enc, group_size, sampler=sampler, seed=1, **gen))
     fast_tokens = sum(len(r) for g in fast.responses for r in g)
     hf_rate, fast_rate = hf_tokens / t_hf, fast_tokens / t_fast
+    # continuous batching: half the call's rows live at a time, the waiting prompts admitted as rows finish
+    half = max(group_size, prompts * group_size // 2)
+    streaming = make_sampler(lm, "fast", max_rows=half)
+    t_cb, cb = _best(repeats, lambda: sample_groups(lm, io, enc, group_size, sampler=streaming, seed=1, **gen))
+    cb_rate = sum(len(r) for g in cb.responses for r in g) / t_cb
     case = f"{label}, {prompts}x G={group_size}, T={temperature}"
     rows += [
         {"bench": "sampler", "case": f"generate hf ({case})", "value": hf_rate, "unit": "gen tokens/s", "ratio": None, "vs": ""},
         {"bench": "sampler", "case": f"generate fast ({case})", "value": fast_rate, "unit": "gen tokens/s",
          "ratio": fast_rate / hf_rate, "vs": "hf generate"},
+        {"bench": "sampler", "case": f"generate fast, continuous batching ({half} rows live)", "value": cb_rate,
+         "unit": "gen tokens/s", "ratio": cb_rate / fast_rate, "vs": "fast, all rows at once"},
         {"bench": "sampler", "case": "generate + old log-prob pass", "value": (hf_tokens / (t_hf + t_lp)), "unit": "gen tokens/s",
          "ratio": fast_rate / (hf_tokens / (t_hf + t_lp)), "vs": "fast (log-probs included)"},
     ]

@@ -177,6 +177,61 @@ def test_seeded_and_independent_of_when_rows_are_dropped():
     assert a.row_steps == sum(lengths) - len(lengths)  # exactly one row-step per token after the first
 
 
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
+def test_continuous_batching_is_token_identical_to_generate(family):
+    # at most 2 live rows of 7 prompts: each prompt waits, is admitted when a row finishes, and attends only to
+    # its own tokens of a cache whose columns other rows filled before it came in
+    model = _tiny(family)
+    prompts = _prompts()
+    eos = _early_eos(model, prompts, 40)
+    expected = _hf_generate(model, prompts, 40, eos)
+    out = FastSampler(DecoderLM(model), max_rows=2).sample(prompts, 2, max_new_tokens=40, temperature=0.0, eos_ids=eos)
+    assert [g[0] for g in out.tokens] == expected
+    assert out.steps > 80  # rows ran one after another: more steps than the longest answer (the window slid)
+
+
+def test_continuous_batching_samples_what_one_batch_samples():
+    model = _tiny("llama")
+    prompts = _prompts()
+    kw = dict(max_new_tokens=25, temperature=0.9, top_p=0.9, eos_ids=EOS, seed=21)
+    lm = DecoderLM(model)
+    whole = FastSampler(lm).sample(prompts, 4, **kw)
+    for max_rows in (4, 9, 12):  # one, two (9 -> 8 rows) and three prompts live at a time
+        streamed = FastSampler(lm, max_rows=max_rows).sample(prompts, 4, **kw)
+        assert streamed.tokens == whole.tokens, max_rows
+        for ga, gb in zip(streamed.logprobs, whole.logprobs):
+            assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(ga, gb))
+        assert streamed.steps > whole.steps
+    lengths = [len(r) for g in whole.tokens for r in g]
+    assert min(lengths) < 25 == max(lengths)  # rows that stop early and rows at the cap
+    # each prompt's own seeded stream: the same prompt sampled in another call, at another position, draws the same
+    alone = FastSampler(lm).sample(prompts[:1], 4, **kw)
+    assert alone.tokens[0] == whole.tokens[0]
+
+
+def test_cache_admission_and_compaction_keep_each_rows_tokens():
+    lm = DecoderLM(_tiny("qwen2"))
+    cache = lm.gen_cache(6, 8, 2)
+    cache.extend(torch.tensor([0, 1]))
+    for step in range(3):  # two rows write columns 0..2
+        for t in (*cache.k, *cache.v):
+            t[:2, :, step] = float(step + 1)
+        cache.length += 1
+    cache.extend(torch.tensor([2, 3]))  # two rows admitted: their tokens start at column 3
+    assert cache.start.tolist() == [0, 0, 3, 3] and cache.mixed and cache.lo == 0
+    bias = cache.own_bias()
+    assert bias.shape == (4, 1, 1, 4)
+    assert torch.isinf(bias[2:, 0, 0, :3]).all() and (bias[2:, 0, 0, 3] == 0).all() and (bias[:2] == 0).all()
+    for t in (*cache.k, *cache.v):
+        t[:4, :, 3] = 9.0
+    cache.length += 1
+    cache.keep(torch.tensor([2, 3]), torch.tensor([0, 1]))  # the first rows finished: the others move to column 0
+    assert cache.rows == 2 and cache.length == 1 and cache.start.tolist() == [0, 0] and not cache.mixed
+    assert all(bool((t[:2, :, 0] == 9.0).all()) for t in cache.k)
+    with pytest.raises(ValueError, match="holds 6 rows"):
+        cache.extend(torch.arange(5))
+
+
 def test_weights_are_read_at_call_time():
     model = _tiny("qwen2")
     sampler = FastSampler(DecoderLM(model))

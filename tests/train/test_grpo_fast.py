@@ -160,3 +160,33 @@ def test_kill_and_resume_with_rollout_processes_reaches_the_uninterrupted_weight
     resumed, uninterrupted = _weights(root / "out"), _weights(tmp_path / "ref" / "out")
     for k, v in resumed.items():
         assert torch.allclose(v, uninterrupted[k], atol=1e-6), k
+
+
+def test_rollout_fill_sizes_calls_to_the_acceptance_rate():
+    from types import SimpleNamespace
+
+    from embodied_rft.filtering import GroupBuffer
+    from embodied_rft.train.grpo_local import GRPOEngine
+
+    cfg = tiny_cfg(group_size=4, rollout_batch_size=2, rollout_fill=True, filter=FilterConfig(buffer_size=4, updates_per_buffer=1))
+    buf = GroupBuffer(cfg.filter, 4)
+    eng = SimpleNamespace(cfg=cfg, buffer=buf)
+    assert GRPOEngine.call_size(eng) == 8  # nothing seen yet: rate 1/2, 4 groups missing
+    for right in (1, 0, 0, 4, 0, 0, 0, 2):  # 2 of 8 groups pass (one right answer, then two)
+        buf.offer(object(), [1] * right + [0] * (4 - right), [float(right)] + [0.0] * 3)
+    assert len(buf) == 2 and buf.stats.seen == 8
+    assert GRPOEngine.call_size(eng) == 7  # 2 missing at rate (2 + 1) / (8 + 2): ceil(6.67)
+    for _ in range(100):
+        buf.offer(object(), [0] * 4, [0.0] * 4)
+    assert GRPOEngine.call_size(eng) == 8 * 4  # 2 / (3 / 110) = 74 prompts, capped at 8 x buffer_size
+    assert GRPOEngine.call_size(SimpleNamespace(cfg=tiny_cfg(rollout_batch_size=3), buffer=buf)) == 3  # off: fixed size
+
+
+def test_kill_and_resume_with_rollout_fill_reaches_the_uninterrupted_weights(data, tmp_path):
+    cfg = tiny_cfg(max_updates=4, save_every=2, eval_max_samples=0, rollout_fill=True, rollout_batch_size=1)
+    ref, again, root = kill_at_3_and_resume(cfg, data, tmp_path)
+    assert again["resumed"] is True and again["updates"] == 4
+    assert again["counters"] == ref["counters"]
+    resumed, uninterrupted = _weights(root / "out"), _weights(tmp_path / "ref" / "out")
+    for k, v in resumed.items():
+        assert torch.allclose(v, uninterrupted[k], atol=1e-6), k

@@ -114,10 +114,12 @@ def _grid_to_rows(t: torch.Tensor, slot: torch.Tensor, G: int, rep: int, dense: 
 
 @dataclass
 class PromptKV:
-    """Each distinct prompt's keys and values, computed once: per layer ``[P, kv_heads, W, head_dim]`` (prompts
-    left-padded to width W), and ``bias`` [P, W]: 0 on real tokens, −inf on padding."""
+    """Each distinct prompt's keys and values, computed once: per layer the keys transposed, ``k_t``
+    ``[P, kv_heads, head_dim, W]``, and the values ``[P, kv_heads, W, head_dim]``, both contiguous (prompts
+    left-padded to width W; the decode step's two products read them in place, at twice the speed of the
+    strided layout the projection leaves), and ``bias`` [P, W]: 0 on real tokens, −inf on padding."""
 
-    k: list[torch.Tensor]
+    k_t: list[torch.Tensor]
     v: list[torch.Tensor]
     bias: torch.Tensor
 
@@ -125,14 +127,39 @@ class PromptKV:
     def prompts(self) -> int:
         return self.bias.shape[0]
 
+    @property
+    def width(self) -> int:
+        return self.bias.shape[1]
+
     def keep(self, idx: torch.Tensor) -> PromptKV:
-        return PromptKV([t[idx] for t in self.k], [t[idx] for t in self.v], self.bias[idx])
+        """Only prompts ``idx``, without the padding columns none of them uses."""
+        bias = self.bias[idx]
+        used = torch.isfinite(bias).any(0)
+        lo = int(used.to(torch.int8).argmax()) if bool(used.any()) else 0  # left padding: the first used column
+        return PromptKV([t[idx, :, :, lo:] for t in self.k_t], [t[idx, :, lo:] for t in self.v], bias[:, lo:])
+
+    def cat(self, other: PromptKV) -> PromptKV:
+        """These prompts followed by ``other``'s, left-padded to the wider of the two."""
+        w = max(self.width, other.width)
+
+        def pad(kv: PromptKV) -> PromptKV:
+            d = w - kv.width
+            if d == 0:
+                return kv
+            return PromptKV([F.pad(t, (d, 0)) for t in kv.k_t], [F.pad(t, (0, 0, d, 0)) for t in kv.v],
+                            F.pad(kv.bias, (d, 0), value=float("-inf")))
+
+        a, b = pad(self), pad(other)
+        return PromptKV([torch.cat(x) for x in zip(a.k_t, b.k_t)], [torch.cat(x) for x in zip(a.v, b.v)],
+                        torch.cat([a.bias, b.bias]))
 
 
 @dataclass
 class GenCache:
-    """The generated tokens' keys and values, preallocated: per layer ``[rows, kv_heads, capacity, head_dim]``,
-    ``length`` columns filled (column t = the row's t-th generated token, written in place).
+    """The generated tokens' keys and values, preallocated: per layer ``[capacity, kv_heads, columns, head_dim]``,
+    of which the first ``rows`` rows are live. Columns are decode steps: every step writes column ``length`` of
+    every live row in place. Row r's own tokens are columns ``start[r]`` to ``length − 1``: rows admitted later
+    (continuous batching) start later, and the columns before their start are masked.
 
     Row ``r`` continues prompt ``slot[r] // reps`` of the :class:`PromptKV` and is sample ``slot[r] % reps`` of
     it: decoding lays the rows' queries out on a [prompts, reps] grid so each prompt's keys are read once for
@@ -143,21 +170,53 @@ class GenCache:
     length: int
     slot: torch.Tensor  # [rows] long
     reps: int
+    start: torch.Tensor  # [rows] long
+    capacity: int  # rows the tensors hold
+    columns: int  # decode steps the tensors hold
+    lo: int = 0  # the earliest start among live rows: decode steps read columns lo .. length
+    mixed: bool = False  # live rows start at different columns (the own-token attention needs a mask)
 
     @property
     def rows(self) -> int:
         return self.slot.shape[0]
 
-    def keep(self, idx: torch.Tensor, slot: torch.Tensor) -> GenCache:
-        """A cache holding only rows ``idx`` (the filled columns copied), whose grid slots become ``slot``."""
+    def _bounds(self) -> None:
+        if self.rows:
+            self.lo = int(self.start.min())
+            self.mixed = bool(self.start.max() > self.lo)
+        else:
+            self.lo, self.mixed = self.length, False
+
+    def keep(self, idx: torch.Tensor, slot: torch.Tensor) -> None:
+        """Keep only rows ``idx`` (moved to the front, in place), whose grid slots become ``slot``; their tokens are
+        moved to start at column 0, so the columns freed at the right are reused."""
         n = self.length
+        lo = int(self.start[idx].min()) if len(idx) else n
+        m = len(idx)
+        if m:
+            for t in (*self.k, *self.v):
+                t[:m, :, : n - lo] = t[idx, :, lo:n]  # the index makes a copy first: the overlap is safe
+        self.start = self.start[idx] - lo
+        self.length = n - lo
+        self.slot = slot
+        self._bounds()
 
-        def take(t: torch.Tensor) -> torch.Tensor:
-            out = t.new_empty((len(idx), *t.shape[1:]))
-            out[:, :, :n].copy_(t[idx, :, :n])
-            return out
+    def extend(self, slot: torch.Tensor) -> None:
+        """Admit ``len(slot)`` new rows after the live ones; their own tokens start at the next column."""
+        m = len(slot)
+        if self.rows + m > self.capacity:
+            raise ValueError(f"KV cache holds {self.capacity} rows: {self.rows} live + {m} new do not fit")
+        self.slot = torch.cat([self.slot, slot])
+        self.start = torch.cat([self.start, torch.full((m,), self.length, dtype=torch.long, device=slot.device)])
+        self._bounds()
 
-        return GenCache([take(t) for t in self.k], [take(t) for t in self.v], n, slot, self.reps)
+    def own_bias(self) -> torch.Tensor | None:
+        """The mask of the columns before each row's start, [rows, 1, 1, length + 1 − lo] (None: nothing to mask)."""
+        if not self.mixed:
+            return None
+        cols = torch.arange(self.lo, self.length + 1, device=self.start.device)
+        bias = torch.zeros((self.rows, len(cols)), dtype=self.k[0].dtype if self.k else torch.float32, device=self.start.device)
+        return bias.masked_fill_(cols.unsqueeze(0) < self.start.unsqueeze(1), float("-inf"))[:, None, None, :]
 
 
 class DecoderLM:
@@ -262,23 +321,31 @@ class DecoderLM:
         for layer in self.layers:
             h = _rms(x, layer.input_layernorm)
             q, k, v = self._qkv(layer, h, cos, sin)
-            ks.append(k)
-            vs.append(v)
+            ks.append(k.transpose(-1, -2).contiguous())
+            vs.append(v.contiguous())
             x = x + self._out(layer, self._attend(q, k, v, mask))
             x = x + self._mlp(layer, _rms(x, layer.post_attention_layernorm))
         bias = torch.zeros((P, width), dtype=x.dtype, device=dev).masked_fill(~valid, float("-inf"))
         return self.norm_logits(x[:, -1]), PromptKV(ks, vs, bias), lens
 
-    def gen_cache(self, rows: int, capacity: int, reps: int) -> GenCache:
-        """An empty cache for ``rows`` = prompts × ``reps`` samples (row r = slot r) and ``capacity`` tokens each."""
-        shape = (rows, self.n_kv, capacity, self.head_dim)
+    def gen_cache(self, capacity: int, columns: int, reps: int, *, zeroed: bool = False) -> GenCache:
+        """An empty cache (no live rows) for up to ``capacity`` rows of ``reps`` samples per prompt and ``columns``
+        decode steps; rows come in with :meth:`GenCache.extend`. ``zeroed``: start from zeros instead of
+        uninitialised memory — needed when rows are admitted later, because their masked columns are still
+        multiplied (−inf + NaN would be NaN) — after that every column only ever holds finite keys/values."""
+        shape = (capacity, self.n_kv, columns, self.head_dim)
         dt, dev = self.dtype, self.device
+        new = torch.zeros if zeroed else torch.empty
+        empty = torch.zeros(0, dtype=torch.long, device=dev)
         return GenCache(
-            [torch.empty(shape, dtype=dt, device=dev) for _ in self.layers],
-            [torch.empty(shape, dtype=dt, device=dev) for _ in self.layers],
+            [new(shape, dtype=dt, device=dev) for _ in self.layers],
+            [new(shape, dtype=dt, device=dev) for _ in self.layers],
             0,
-            torch.arange(rows, device=dev),
+            empty,
             reps,
+            empty.clone(),
+            capacity,
+            columns,
         )
 
     def packed(self) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
@@ -298,13 +365,15 @@ class DecoderLM:
         self, tokens: torch.Tensor, positions: torch.Tensor, prompt: PromptKV, cache: GenCache,
         packed: list[tuple[torch.Tensor, torch.Tensor | None]] | None = None,
     ) -> torch.Tensor:
-        """One new token per row ([B] ids at rotary positions [B]): its K/V written at column ``cache.length`` in
-        place; attention over the row's prompt (read once per prompt, on the grid) and its generated tokens.
+        """One new token per live row ([B] ids at rotary positions [B]): its K/V written at column ``cache.length``
+        in place; attention over the row's prompt (read once per prompt, on the grid) and its generated tokens.
         ``packed`` (:meth:`packed`, made once per call) saves two matrix products per layer. Returns next-token
         logits [B, V]."""
         col = cache.length
-        if col >= cache.k[0].shape[2]:
+        if col >= cache.columns:
             raise ValueError("KV cache is full")
+        if tokens.shape[0] != cache.rows:
+            raise ValueError(f"decode_step: {tokens.shape[0]} tokens for {cache.rows} live cache rows")
         packed = packed if packed is not None else self.packed()
         B, P, G, rep, D = tokens.shape[0], prompt.prompts, cache.reps, self.n_rep, self.head_dim
         H, Hkv, W = self.n_heads, self.n_kv, prompt.bias.shape[1]
@@ -313,6 +382,7 @@ class DecoderLM:
         x = self._inner.embed_tokens(tokens)  # [B, hidden]
         cos, sin = self._cos_sin(x.unsqueeze(1), positions.view(B, 1))  # [B, 1, D]
         p_bias = prompt.bias[:, None, None, :]
+        own_bias, lo = cache.own_bias(), cache.lo
         n_qk = (H + Hkv) * D
         for li, layer in enumerate(self.layers):
             h = _rms(x, layer.input_layernorm)
@@ -320,13 +390,15 @@ class DecoderLM:
             qkv = F.linear(h, w, b)
             qk = _rope(qkv[:, :n_qk].view(B, H + Hkv, D), cos, sin)  # q and k heads rotated together
             v = qkv[:, n_qk:].view(B, Hkv, D)
-            cache.k[li][:, :, col] = qk[:, H:]
-            cache.v[li][:, :, col] = v
+            cache.k[li][:B, :, col] = qk[:, H:]
+            cache.v[li][:B, :, col] = v
             qg = qk[:, :H].reshape(B, Hkv, rep, D).mul_(self.scale)  # the rep query heads of a KV head share its keys
             grid_q = _rows_to_grid(qg, slot, P, G, dense)  # [P, Hkv, G·rep, D]: a prompt's keys read once for its rows
-            s_p = _grid_to_rows(torch.matmul(grid_q, prompt.k[li].transpose(-1, -2)).add_(p_bias), slot, G, rep, dense)
-            k_own, v_own = cache.k[li][:, :, : col + 1], cache.v[li][:, :, : col + 1]
+            s_p = _grid_to_rows(torch.matmul(grid_q, prompt.k_t[li]).add_(p_bias), slot, G, rep, dense)
+            k_own, v_own = cache.k[li][:B, :, lo : col + 1], cache.v[li][:B, :, lo : col + 1]
             s_own = torch.matmul(qg, k_own.transpose(-1, -2))  # [B, Hkv, rep, t]
+            if own_bias is not None:
+                s_own.add_(own_bias)
             probs = torch.softmax(torch.cat([s_p, s_own], dim=-1), dim=-1)
             p_p, p_own = probs[..., :W], probs[..., W:]
             o_p = _grid_to_rows(torch.matmul(_rows_to_grid(p_p, slot, P, G, dense), prompt.v[li]), slot, G, rep, dense)

@@ -67,14 +67,22 @@ def draw(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return tok.clamp_(max=probs.shape[1] - 1)
 
 
+def prompt_seed(seed: int, index: int) -> int:
+    """The seed of prompt ``index``'s uniforms in a call seeded ``seed`` (a fixed 63-bit mix of the two)."""
+    return (int(seed) * 0x9E3779B97F4A7C15 + (int(index) + 1) * 0xBF58476D1CE4E5B9) % (1 << 63)
+
+
 class FastSampler:
     """Samples from a :class:`DecoderLM` (see the module docstring)."""
 
-    def __init__(self, lm: DecoderLM, *, compact_at: float = 0.75) -> None:
+    def __init__(self, lm: DecoderLM, *, compact_at: float = 0.75, max_rows: int | None = None) -> None:
         if not 0.0 < compact_at <= 1.0:
             raise ValueError(f"compact_at must be in (0, 1], got {compact_at}")
+        if max_rows is not None and max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1 or None, got {max_rows}")
         self.lm = lm
         self.compact_at = compact_at
+        self.max_rows = max_rows
 
     @torch.inference_mode()
     def sample(
@@ -98,23 +106,56 @@ class FastSampler:
         reps = 1 if greedy else n
         lm = self.lm
         dev = lm.device
+        n_prompts = len(prompts)
+        total = n_prompts * reps  # output rows: row p·reps + g is sample g of prompt p
+        # live rows at most: whole prompts, at least one; the rest wait and are admitted as rows finish
+        width = total if self.max_rows is None else min(total, max(reps, self.max_rows // reps * reps))
+        streaming = width < total
+        admit_at = max(reps, width // 8)  # free rows that make an admission worth its prefill and compaction
         eos = torch.tensor(sorted(set(int(e) for e in eos_ids)), dtype=torch.long, device=dev)
-        gen = torch.Generator(device=dev).manual_seed(int(seed))
-        logits, prompt_kv, lens = lm.prefill([list(p) for p in prompts])
+        uniforms = None
+        if not greedy:  # each prompt's own stream: what a row draws does not depend on when it is decoded
+            uniforms = torch.empty((total, max_new_tokens), dtype=torch.float32)
+            for p in range(n_prompts):
+                g = torch.Generator().manual_seed(prompt_seed(seed, p))
+                uniforms[p * reps : (p + 1) * reps] = torch.rand((reps, max_new_tokens), generator=g)
+            uniforms = uniforms.to(dev)
         packed = lm.packed()  # this call's q/k/v weights as one matrix per layer
-        B = len(prompts) * reps
-        cache = lm.gen_cache(B, max_new_tokens, reps)
-        if reps > 1:  # row r is sample r % reps of prompt r // reps; the prompt's keys stay in prompt_kv, once
-            rows = torch.arange(len(prompts), device=dev).repeat_interleave(reps)
-            logits, lens = logits[rows], lens[rows]
-        origin = torch.arange(B)  # cache row -> output row
-        alive = torch.ones(B, dtype=torch.bool)  # cache rows still generating
-        out_tok = torch.zeros((B, max_new_tokens), dtype=torch.long)
-        out_lp = torch.zeros((B, max_new_tokens), dtype=torch.float32)
-        out_len = torch.full((B,), max_new_tokens, dtype=torch.long)
-        positions = lens.clone()  # rotary position of each cache row's next token
+        # a row writes at most max_new_tokens - 1 columns; with admissions the window slides, and compaction
+        # moves it back to column 0 before it reaches the end
+        cache = lm.gen_cache(width, max_new_tokens * (2 if streaming else 1), reps, zeroed=streaming)
+        out_tok = torch.zeros((total, max_new_tokens), dtype=torch.long)
+        out_lp = torch.zeros((total, max_new_tokens), dtype=torch.float32)
+        out_len = torch.full((total,), max_new_tokens, dtype=torch.long)
+        empty = torch.zeros(0, dtype=torch.long)
+        state = dict(kv=None, next=0)
+        origin, count, positions = empty, empty, empty.to(dev)  # per cache row: output row, tokens drawn, position
+        alive = torch.zeros(0, dtype=torch.bool)
+
+        def admit() -> torch.Tensor | None:
+            """Prefill as many waiting prompts as fit; their rows join the cache. Returns their first logits."""
+            nonlocal origin, count, positions, alive
+            k = min((width - cache.rows) // reps, n_prompts - state["next"])
+            if k <= 0:
+                return None
+            first = state["next"]
+            logits, kv, lens = lm.prefill([list(prompts[p]) for p in range(first, first + k)])
+            base = 0 if state["kv"] is None else state["kv"].prompts
+            state["kv"] = kv if state["kv"] is None else state["kv"].cat(kv)
+            state["next"] = first + k
+            rows = torch.arange(k, device=dev).repeat_interleave(reps)
+            g = torch.arange(reps, device=dev).repeat(k)
+            cache.extend((base + rows) * reps + g)
+            origin = torch.cat([origin, first * reps + torch.arange(k * reps)])
+            count = torch.cat([count, torch.zeros(k * reps, dtype=torch.long)])
+            positions = torch.cat([positions, lens[rows]])
+            alive = torch.cat([alive, torch.ones(k * reps, dtype=torch.bool)])
+            return logits[rows]
+
+        logits = admit()
+        tok = torch.zeros(0, dtype=torch.long, device=dev)
         steps = row_steps = 0
-        for t in range(max_new_tokens):
+        while True:
             scaled = logits.float()
             if not greedy and temperature != 1.0:
                 scaled = scaled / temperature
@@ -122,39 +163,54 @@ class FastSampler:
             if greedy:
                 tok = logp.argmax(dim=-1)
             else:
-                # one uniform per output row every step, whether or not the row is still in the batch: the
-                # draws do not depend on when finished rows are dropped
-                u = torch.rand(B, generator=gen, device=dev)[origin.to(dev)]
+                u = uniforms[origin.to(dev), count.clamp(max=max_new_tokens - 1).to(dev)]
                 tok = draw(nucleus_probs(logp.exp(), top_p), u)
             lp = logp.gather(1, tok.unsqueeze(1)).squeeze(1).cpu()
             tok_cpu = tok.cpu()
-            o = origin[alive]
-            out_tok[o, t] = tok_cpu[alive]
-            out_lp[o, t] = lp[alive]
-            done = torch.isin(tok, eos).cpu() & alive
-            if bool(done.any()):
-                out_len[origin[done]] = t + 1
-                alive &= ~done
+            o, c = origin[alive], count[alive]
+            out_tok[o, c] = tok_cpu[alive]
+            out_lp[o, c] = lp[alive]
+            count = count + alive.long()
+            hit = torch.isin(tok, eos).cpu() & alive
+            if bool(hit.any()):
+                out_len[origin[hit]] = count[hit]
+            alive = alive & ~hit & (count < max_new_tokens)
             n_alive = int(alive.sum())
-            if n_alive == 0 or t == max_new_tokens - 1:
+            waiting = state["next"] < n_prompts
+            if n_alive == 0 and not waiting:
                 break
-            if n_alive <= self.compact_at * cache.rows:  # drop the finished rows (and finished prompts)
+            admit_now = waiting and width - n_alive >= admit_at
+            full = cache.length >= cache.columns
+            if n_alive < cache.rows and (admit_now or full or n_alive <= self.compact_at * cache.rows):
+                # drop the finished rows (and finished prompts); the live rows' tokens move to column 0
                 keep = alive.nonzero().squeeze(1)
                 keep_dev = keep.to(dev)
                 slot = cache.slot[keep_dev]
                 used, owner = torch.unique(slot // reps, return_inverse=True)
-                if len(used) < prompt_kv.prompts:
-                    prompt_kv = prompt_kv.keep(used)
-                cache = cache.keep(keep_dev, owner * reps + slot % reps)
+                kv = state["kv"]
+                if n_alive == 0:
+                    state["kv"] = None
+                elif len(used) < kv.prompts:
+                    state["kv"] = kv.keep(used)
+                cache.keep(keep_dev, owner * reps + slot % reps)
                 tok, positions = tok[keep_dev], positions[keep_dev]
-                origin, alive = origin[keep], alive[keep]
-            logits = lm.decode_step(tok, positions, prompt_kv, cache, packed)
-            positions = positions + 1
-            steps += 1
-            row_steps += cache.rows
+                origin, count, alive = origin[keep], count[keep], alive[keep]
+            elif full:  # nothing finished: move the window back to column 0
+                cache.keep(torch.arange(cache.rows, device=dev), cache.slot)
+            parts = []
+            if cache.rows:
+                parts.append(lm.decode_step(tok, positions, state["kv"], cache, packed))
+                positions = positions + 1
+                steps += 1
+                row_steps += cache.rows
+            if admit_now:
+                new = admit()
+                if new is not None:
+                    parts.append(new)
+            logits = parts[0] if len(parts) == 1 else torch.cat(parts)
         tokens: list[list[list[int]]] = []
         lps: list[list[torch.Tensor]] = []
-        for p in range(len(prompts)):
+        for p in range(n_prompts):
             tg, lg = [], []
             for g in range(reps):
                 r = p * reps + g

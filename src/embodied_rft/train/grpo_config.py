@@ -120,6 +120,12 @@ class GRPOConfig:
     max_prompt_tokens: int = 3000
     # Prompts sampled per generation call (local) / per rollout micro-batch. Not in the paper (engine detail).
     rollout_batch_size: int = 4
+    # Local engine: size each generation call to fill the buffer — the groups still missing divided by the
+    # filter's acceptance rate so far ((accepted + 1) / (seen + 2)), at least rollout_batch_size and at most
+    # 8 x filter.buffer_size prompts. Larger calls decode larger batches (the sampler's per-step costs and
+    # its tail of long answers are paid once per call, not once per rollout_batch_size prompts); the groups
+    # of a call that the buffer cannot take wait for the next buffer, as with fixed-size calls.
+    rollout_fill: bool = False
     # Peak learning rate (AdamW). Paper: actor lr 1e-6.
     lr: float = 1e-6
     # LR schedule (transformers' get_scheduler, as OpenRLHF builds it): cosine_with_min_lr (OpenRLHF's
@@ -173,6 +179,10 @@ class GRPOConfig:
     # no old-log-prob pass runs) | hf (transformers' generate, then a log-prob pass) | auto (fast where the
     # model qualifies, else hf; VLMs take hf). The paper's OpenRLHF samples with vLLM (backend=openrlhf).
     sampler: Literal["auto", "fast", "hf"] = "auto"
+    # Fast sampler only: live rows per sampler at most (continuous batching: a call's other prompts wait and are
+    # admitted, G rows each, as rows finish); None = every row of a call at once. For memory-bound models and
+    # calls; on the tiny default all-at-once measured faster (bench/bench_sampler.py).
+    sampler_max_rows: int | None = None
     # Forward of the update step: shared_prompt (each distinct prompt of a micro-batch computed once, its
     # responses attending to its keys/values; micro-batches cut from the minibatch sorted by response length)
     # | padded (prompt + response rows, left/right padded, each prompt recomputed per response) | auto
@@ -241,6 +251,8 @@ class GRPOConfig:
         check(self.save_every >= 0, "grpo.save_every", "must be >= 0 (0 = never)")
         check(self.num_rollout_workers >= 0, "grpo.num_rollout_workers", "must be >= 0 (0 = in-process)")
         check(self.ray_num_cpus >= 1, "grpo.ray_num_cpus", "must be >= 1")
+        check(self.sampler_max_rows is None or self.sampler_max_rows >= self.group_size, "grpo.sampler_max_rows",
+              f"must be null or >= group_size ({self.group_size}); got {self.sampler_max_rows}")
         check(self.rollout_processes >= 0, "grpo.rollout_processes", "must be >= 0 (0 = in-process)")
         check(
             not (self.rollout_processes and self.num_rollout_workers),

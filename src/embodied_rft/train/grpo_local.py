@@ -8,8 +8,9 @@ before/after, filter counters, timings and the per-update ``history``), ``plots_
 for ``dvc plots``), optional W&B run, resumable checkpoints in ``work_dir``.
 
 The loop (paper §3.2-3.3, FACTS §1.5-1.6):
-1. take the next ``rollout_batch_size`` prompts (a fixed-seed shuffle per episode) and sample G responses
-   each (``grpo_ray``: in-process or Ray actors);
+1. take the next ``rollout_batch_size`` prompts (a fixed-seed shuffle per episode; with ``rollout_fill``, as
+   many as should fill the buffer at the acceptance rate so far) and sample G responses each (``grpo_ray``:
+   in-process or Ray actors; ``grpo_procs``: worker processes on shared weights);
 2. score every response with ``embodied_rft.reward`` and offer each group to the online filter
    (``embodied_rft.filtering.GroupBuffer``: keep iff lower ≤ C_x ≤ upper; zero-variance groups dropped);
    an accepted group gets its sampling-time log-probs (and the reference's when β > 0) right away — no
@@ -210,7 +211,7 @@ class GRPOEngine:
         self.buffer: GroupBuffer[Group] = GroupBuffer(cfg.filter, cfg.group_size)
         self.rollout: Any = None
         # the fast sampler (held-out evaluation, in-process rollouts) and the shared-prompt update forward
-        self.sampler = make_sampler(self.model, cfg.sampler)
+        self.sampler = make_sampler(self.model, cfg.sampler, cfg.sampler_max_rows)
         self.eval_sampler: Any = self.sampler  # the worker pool's, when rollouts run in processes
         self.shared_lm = shared_prompt_lm(self.model, cfg.update_forward)
         log.info("sampler: %s; update forward: %s", "fast" if self.sampler else "hf (generate)",
@@ -248,12 +249,25 @@ class GRPOEngine:
         random.Random(self.cfg.seed * 7919 + episode).shuffle(order)
         return order
 
+    def call_size(self) -> int:
+        """Prompts for the next generation call: ``rollout_batch_size``, or with ``rollout_fill`` the groups the
+        buffer still misses over the acceptance rate seen so far (a pure function of the checkpointed buffer,
+        so a resumed run makes the same calls)."""
+        cfg = self.cfg
+        if not cfg.rollout_fill:
+            return cfg.rollout_batch_size
+        missing = max(1, cfg.filter.buffer_size - len(self.buffer))
+        s = self.buffer.stats
+        rate = (s.accepted + 1) / (s.seen + 2)
+        return max(cfg.rollout_batch_size, min(8 * cfg.filter.buffer_size, math.ceil(missing / rate)))
+
     def next_prompts(self) -> list[EncodedPrompt]:
         """The next rollout batch of prompts (fewer at the end of the last episode; [] when done)."""
         st, out = self.state, []
-        while len(out) < self.cfg.rollout_batch_size and st.episode < self.cfg.num_episodes:
+        size = self.call_size()
+        while len(out) < size and st.episode < self.cfg.num_episodes:
             order = self._order(st.episode)
-            while st.cursor < len(order) and len(out) < self.cfg.rollout_batch_size:
+            while st.cursor < len(order) and len(out) < size:
                 i = order[st.cursor]
                 st.cursor += 1
                 if i not in self._encoded:
@@ -457,7 +471,7 @@ def _run(
     eng = GRPOEngine(cfg, policy_dir, train, val, work_dir, reward, Path(train_samples_path).parent, fp, hooks)
     resumed = eng.resume()
     if cfg.rollout_processes > 0:  # the pool also decodes the held-out checks, so it starts first
-        eng.rollout = ProcessRollout(eng.model, eng.io.eos_ids, cfg.rollout_processes)
+        eng.rollout = ProcessRollout(eng.model, eng.io.eos_ids, cfg.rollout_processes, max_rows=cfg.sampler_max_rows)
         eng.eval_sampler = eng.rollout.as_sampler()
     elif cfg.num_rollout_workers > 0:
         eng.rollout = RayRollout(cfg.num_rollout_workers, eng.policy_dir, cfg.max_prompt_tokens, eng.model, cfg.ray_num_cpus,

@@ -31,7 +31,7 @@ from .grpo_rollout import EncodedPrompt, Rollout
 log = logging.getLogger(__name__)
 
 
-def _worker(conn: Any, config: Any, state: dict[str, torch.Tensor], compact_at: float) -> None:
+def _worker(conn: Any, config: Any, state: dict[str, torch.Tensor], compact_at: float, max_rows: int | None) -> None:
     """Worker loop: build the model around the shared tensors, then answer sampling requests."""
     torch.set_num_threads(1)
     try:
@@ -50,7 +50,7 @@ def _worker(conn: Any, config: Any, state: dict[str, torch.Tensor], compact_at: 
         missing = [n for n, p in model.named_parameters() if p.is_meta]
         if missing:
             raise RuntimeError(f"shared state lacks parameters: {missing[:5]}")
-        sampler = FastSampler(DecoderLM(model), compact_at=compact_at)
+        sampler = FastSampler(DecoderLM(model), compact_at=compact_at, max_rows=max_rows)
         conn.send(("ready", None))
     except Exception:  # noqa: BLE001 - reported to the trainer, which raises it
         conn.send(("error", traceback.format_exc()))
@@ -79,7 +79,8 @@ class _AsSampler:
 class ProcessRollout:
     """Sample in ``n_procs`` single-thread processes sharing the trainer's parameters (see the module docstring)."""
 
-    def __init__(self, model: Any, eos_ids: Sequence[int], n_procs: int, compact_at: float = 0.75) -> None:
+    def __init__(self, model: Any, eos_ids: Sequence[int], n_procs: int, compact_at: float = 0.75,
+                 max_rows: int | None = None) -> None:
         from ..generation.decoder import unsupported_reason
 
         why = unsupported_reason(model)
@@ -94,7 +95,7 @@ class ProcessRollout:
         self.conns, self.procs = [], []
         for _ in range(n_procs):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker, args=(child, model.config, state, compact_at), daemon=True)
+            proc = ctx.Process(target=_worker, args=(child, model.config, state, compact_at, max_rows), daemon=True)
             proc.start()
             child.close()
             self.conns.append(parent)

@@ -180,12 +180,12 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0) * mask
 
 
-def make_sampler(model: Any, name: str) -> FastSampler | None:
+def make_sampler(model: Any, name: str, max_rows: int | None = None) -> FastSampler | None:
     """The fast sampler for ``model`` (``grpo.sampler``: fast, or auto and the model qualifies), else None
     (= ``generate``); ``fast`` on a model the sampler cannot run (a VLM, another family) is an error naming
     the key."""
     lm = decoder_for(model, name, key="grpo.sampler", on="fast", off="hf")
-    return FastSampler(lm) if lm is not None else None
+    return FastSampler(lm, max_rows=max_rows) if lm is not None else None
 
 
 @dataclass
