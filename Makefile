@@ -14,7 +14,7 @@ export PYTHONHASHSEED ?= 0
 # stage commands in dvc.yaml run `python` from the project's venv
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help install params params-check repro test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics plots fetch-alfred
+.PHONY: help install params params-check repro results test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics plots fetch-alfred
 
 help: ## list every target
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -35,8 +35,12 @@ params: $(STAMP) ## regenerate params.yaml from conf/ (the only place to edit)
 params-check: $(STAMP) ## fail if params.yaml is stale with respect to conf/
 	$(PY) -m embodied_rft.params --check
 
-repro: $(STAMP) params ## run the whole DVC pipeline (dvc repro) on the embedded tiny default
+repro: $(STAMP) params ## run the whole DVC pipeline (dvc repro) on the embedded tiny default, then the README's results table
 	$(DVC) repro
+	$(PY) -m embodied_rft.results
+
+results: $(STAMP) ## write the README's results table from metrics/ (--check in the tests)
+	$(PY) -m embodied_rft.results
 
 test: $(STAMP) ## run the default test tier (fast, CPU, no network)
 	$(PY) -m pytest -q
@@ -74,8 +78,8 @@ seeds: $(STAMP) params ## the whole pipeline once per seed in SEEDS under runs/s
 ablation-no-sft: $(STAMP) params ## the paper's ablation: GRPO from the base model (no SFT), as a DVC experiment
 	$(DVC) exp run -S grpo.init=base
 
-GRPO_LONG := -S grpo.max_updates=240 -S grpo.lr=1e-4 -S grpo.filter.updates_per_buffer=2
-grpo-long: $(STAMP) params ## GRPO 10x longer than the default (~2,100 prompts, ~5 min of GRPO on 2 cores with the fast sampler) as a DVC experiment: where the tiny preset shows a GRPO gain
+GRPO_LONG := -S grpo.max_updates=480
+grpo-long: $(STAMP) params ## GRPO twice as long as the default (480 updates, ~12 min on 2 cores) as a DVC experiment
 	$(DVC) exp run $(GRPO_LONG)
 
 dag: $(STAMP) ## show the pipeline DAG

@@ -180,3 +180,64 @@ def test_forget_open_rate_out_of_range_is_named():
 
     with pytest.raises(ConfigError, match="teacher.scripted.forget_open_rate"):
         ScriptedConfig(forget_open_rate=1.5)
+
+
+def test_make_error_writes_each_kind_as_a_valid_wrong_plan():
+    import random
+
+    from embodied_rft.teacher.config import ERROR_KINDS
+    from embodied_rft.teacher.scripted import LOOKALIKE_OBJECTS, LOOKALIKE_RECEPTACLES, make_error
+    from embodied_rft.world.actions import PUT_DOWN, split_action
+
+    seen = Counter()
+    for i, s in enumerate(SAMPLES):
+        gold, space = parse_label(s)
+        for kind in ERROR_KINDS:
+            plan, got = make_error(gold, space, random.Random(i), {kind: 1.0})
+            if got is None:
+                assert plan == gold
+                continue
+            seen[got] += 1
+            assert got == kind and plan != gold
+            assert all(space.valid_pair(a, n) for a, n in plan)  # every step still an entry of the action map
+            if kind == "wrong_object":
+                picked = next(split_action(n)[1] for _, n in gold if n.startswith("pick up the "))
+                assert f"pick up the {LOOKALIKE_OBJECTS[picked]}" in [n for _, n in plan]
+                assert f"pick up the {picked}" not in [n for _, n in plan]
+            elif kind == "wrong_receptacle":
+                last_find = [n for k, (_, n) in enumerate(gold) if n.startswith("find a ") and k < max(
+                    j for j, (_, m) in enumerate(gold) if m == PUT_DOWN)][-1]
+                assert f"find a {LOOKALIKE_RECEPTACLES[split_action(last_find)[1]]}" in [n for _, n in plan]
+            elif kind == "skip_step":
+                assert len(plan) == len(gold) - 1
+            elif kind == "extra_step":
+                assert len(plan) == len(gold) + 1
+            else:
+                assert sorted(plan) == sorted(gold) and len(plan) == len(gold)
+    assert all(seen[k] >= 5 for k in ERROR_KINDS), seen  # the fixture's plans allow every kind
+
+
+@pytest.mark.parametrize("verbosity", ["full", "brief"])
+def test_error_rate_puts_mistakes_in_that_share_of_answers(verbosity):
+    rate = 0.4
+    plain = ScriptedTeacher(ScriptedConfig(seed=2, verbosity=verbosity))
+    noisy = ScriptedTeacher(ScriptedConfig(seed=2, verbosity=verbosity, error_rate=rate))
+    exact = ScriptedTeacher(ScriptedConfig(seed=2, verbosity=verbosity, error_rate=0.0))
+    wrong = 0
+    for s in SAMPLES:
+        assert exact.respond(s) == plain.respond(s)  # rate 0: the exact teacher, answer for answer
+        a = noisy.respond(s)
+        assert validate_answer(json.dumps(a), s, "none").accepted  # well-formed: validate=none keeps it
+        if not validate_answer(json.dumps(a), s, "prefix").accepted:
+            wrong += 1
+    assert abs(wrong / len(SAMPLES) - rate) < 0.12, (wrong, len(SAMPLES))
+    assert "errors=0.4" in noisy.model and "errors" not in plain.model  # a new cache key, the old answers kept
+
+
+def test_error_mix_is_checked():
+    from embodied_rft.config import ConfigError
+
+    with pytest.raises(ConfigError, match="teacher.scripted.error_mix: unknown kinds"):
+        ScriptedConfig(error_mix={"wrong_colour": 1.0})
+    with pytest.raises(ConfigError, match="teacher.scripted.error_rate: must be in"):
+        ScriptedConfig(error_rate=2.0)

@@ -31,11 +31,28 @@ class ScriptedConfig:
     # state makes. Validation by prefix rejects such answers; with validate=none (the paper keeps every answer)
     # SFT inherits the habit and a reward against the expert plan can train it away. 0 = never.
     forget_open_rate: float = 0.0
+    # probability that an answer makes one planning mistake of the kinds a strong VLM makes on EB-ALFRED
+    # (docs/teacher.md): a look-alike object (Cup for Mug), a look-alike receptacle (DiningTable for
+    # CounterTop), a skipped step, an extra detour step, two steps in the wrong order. The mistake is in the NL
+    # plan and the executable plan alike, so with validate=none SFT copies it. 0 = exact.
+    error_rate: float = 0.0
+    # relative weights of those kinds; a kind the answer's plan does not allow (nothing with a look-alike, a
+    # one-step plan) gives way to the others in proportion
+    error_mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_ERROR_MIX))
 
     def __post_init__(self) -> None:
-        for name in ("noise_rate", "forget_open_rate"):
+        for name in ("noise_rate", "forget_open_rate", "error_rate"):
             value = getattr(self, name)
             check(0.0 <= value <= 1.0, f"teacher.scripted.{name}", f"must be in [0, 1], got {value}")
+        unknown = sorted(set(self.error_mix) - set(ERROR_KINDS))
+        check(not unknown, "teacher.scripted.error_mix", f"unknown kinds {unknown}; choose from {list(ERROR_KINDS)}")
+        check(all(w >= 0 for w in self.error_mix.values()) and sum(self.error_mix.values()) > 0,
+              "teacher.scripted.error_mix", f"weights must be >= 0 and not all 0, got {dict(self.error_mix)}")
+
+
+# the planning mistakes of the scripted teacher's error model (embodied_rft.teacher.scripted.make_error)
+ERROR_KINDS = ("wrong_object", "wrong_receptacle", "skip_step", "extra_step", "swap_steps")
+DEFAULT_ERROR_MIX = {"wrong_object": 0.3, "wrong_receptacle": 0.3, "skip_step": 0.15, "extra_step": 0.15, "swap_steps": 0.1}
 
 
 @dataclass(frozen=True)
