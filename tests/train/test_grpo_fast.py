@@ -190,3 +190,23 @@ def test_kill_and_resume_with_rollout_fill_reaches_the_uninterrupted_weights(dat
     resumed, uninterrupted = _weights(root / "out"), _weights(tmp_path / "ref" / "out")
     for k, v in resumed.items():
         assert torch.allclose(v, uninterrupted[k], atol=1e-6), k
+
+
+def test_rollout_processes_with_continuous_batching_sample_what_one_batch_samples():
+    # grpo.sampler_max_rows reaches the worker processes: at most 3 rows live there, and the same samples
+    model, io = _policy()
+    prompts = [io.encode(s, i).ids for i, s in enumerate(grpo_samples())]
+    kw = dict(max_new_tokens=20, temperature=1.0, top_p=0.9, eos_ids=io.eos_ids, seed=5)
+    whole = ProcessRollout(model, io.eos_ids, 2)
+    try:
+        want = whole.sample_ids(prompts, 3, **kw)
+    finally:
+        whole.close()
+    streamed = ProcessRollout(model, io.eos_ids, 2, max_rows=3)
+    try:
+        got = streamed.sample_ids(prompts, 3, **kw)
+    finally:
+        streamed.close()
+    assert got.tokens == want.tokens
+    for g, w in zip(got.logprobs, want.logprobs):
+        assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(g, w))
