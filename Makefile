@@ -37,10 +37,10 @@ params-check: $(STAMP) ## fail if params.yaml is stale with respect to conf/
 
 repro: $(STAMP) params ## run the whole DVC pipeline (dvc repro) on the embedded tiny default, then the README's results table
 	$(DVC) repro
-	$(PY) -m embodied_rft.results
+	$(PY) -m embodied_rft.tools.results
 
 results: $(STAMP) ## write the README's results table from metrics/ (--check in the tests)
-	$(PY) -m embodied_rft.results
+	$(PY) -m embodied_rft.tools.results
 
 test: $(STAMP) ## run the default test tier (fast, CPU, no network)
 	$(PY) -m pytest -q
@@ -58,22 +58,22 @@ MODEL ?= models/grpo
 HOST ?= 127.0.0.1
 PORT ?= 8000
 serve: $(STAMP) ## serve MODEL (default models/grpo) as an OpenAI-compatible API on HOST:PORT (127.0.0.1:8000); TOKEN_ENV=VAR enables a bearer token
-	$(PY) -m embodied_rft.serve --model $(MODEL) --host $(HOST) --port $(PORT) $(if $(TOKEN_ENV),--token-env $(TOKEN_ENV),)
+	$(PY) -m embodied_rft.tools.serve --model $(MODEL) --host $(HOST) --port $(PORT) $(if $(TOKEN_ENV),--token-env $(TOKEN_ENV),)
 
 POLICY ?= models/sft
 grpo-cluster: $(STAMP) ## submit GRPO as an OpenRLHF Ray job to the running cluster (RAY_ADDRESS; POLICY = path on the shared FS)
-	$(PY) -m embodied_rft.train.openrlhf --policy $(POLICY)
+	$(PY) -m embodied_rft.train.openrlhf.job --policy $(POLICY)
 
 grpo-cluster-dry: $(STAMP) ## print the `ray job submit ... openrlhf.cli.train_ppo_ray ...` command without running it
-	$(PY) -m embodied_rft.train.openrlhf --policy $(POLICY) --dry-run
+	$(PY) -m embodied_rft.train.openrlhf.job --policy $(POLICY) --dry-run
 
 sweep-filter: $(STAMP) ## GRPO with the online filter on vs off (Hydra multirun from models/sft), then a table
 	$(PY) -m stages.grpo -m grpo.filter.enabled=true,false hydra.sweep.dir=multirun/sweep-filter
-	$(PY) -m embodied_rft.sweeps multirun/sweep-filter --stage grpo
+	$(PY) -m embodied_rft.tools.sweeps multirun/sweep-filter --stage grpo
 
 SEEDS ?= 0 1 2
 seeds: $(STAMP) params ## the whole pipeline once per seed in SEEDS under runs/seed-N/ (+ GRPO without SFT), then success mean ± s.d. and paired tests per model (reports/seeds.md; ~20 min per seed; a rerun starts at the first stage whose params changed)
-	$(PY) -m embodied_rft.seeds --seeds $(SEEDS) --ablation-no-sft
+	$(PY) -m embodied_rft.tools.seeds --seeds $(SEEDS) --ablation-no-sft
 
 ablation-no-sft: $(STAMP) params ## the paper's ablation: GRPO from the base model (no SFT), as a DVC experiment
 	$(DVC) exp run -S grpo.init=base

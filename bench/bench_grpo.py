@@ -1,4 +1,4 @@
-"""GRPO throughput: the local engine (grpo_local) beside TRL's GRPOTrainer, same model, prompts and G — the
+"""GRPO throughput: the local engine (train/grpo/engine.py) beside TRL's GRPOTrainer, same model, prompts and G — the
 engine twice, with the fast sampler and shared-prompt update (the default) and with ``generate`` and padded
 rows (``grpo.sampler=hf grpo.update_forward=padded``, the engine before the fast sampler).
 
@@ -36,8 +36,8 @@ from embodied_rft.data.response import format_response
 from embodied_rft.filtering import FilterConfig
 from embodied_rft.models import ModelConfig, build_base_model, load_model
 from embodied_rft.reward import score
-from embodied_rft.train.grpo_config import GRPOConfig
-from embodied_rft.train.grpo_local import run_grpo_local
+from embodied_rft.train.grpo.config import GRPOConfig
+from embodied_rft.train.grpo.engine import run_grpo_local
 from embodied_rft.world import GeneratorConfig, generate_episodes
 
 

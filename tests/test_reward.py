@@ -23,7 +23,7 @@ from embodied_rft.reward import (
     score,
     score_batch,
 )
-from embodied_rft.reward_replay import main as replay_main
+from embodied_rft.tools.reward_replay import main as replay_main
 from embodied_rft.world.actions import ActionSpace, global_actions
 
 # A cool-the-mug task, k = 5 remaining actions; the scene has a second cabinet (ids 162-164).
@@ -365,7 +365,7 @@ def test_replay_json_keys_and_variant(tmp_path, capsys):
 def test_replay_runs_as_a_module(tmp_path):
     path = tmp_path / "log.jsonl"
     path.write_text(json.dumps({"response": PERFECT, "label": LABEL5}) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "embodied_rft.reward_replay", str(path), "--summary"],
+    proc = subprocess.run([sys.executable, "-m", "embodied_rft.tools.reward_replay", str(path), "--summary"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1].split()[:6] == ["mean", "0.1250", "0.1250", "0.2500", "1.0000", "1.5000"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from embodied_rft import seeds
+from embodied_rft.tools import seeds
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -152,7 +152,7 @@ def test_make_seeds_runs_two_seeds_and_the_ablation_on_the_micro_preset(tmp_path
     runs = Path("runs") / f"pytest-{tmp_path.name}"
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "embodied_rft.seeds", "--seeds", "3", "4", "--ablation-no-sft", "--runs-dir", str(runs),
+            [sys.executable, "-m", "embodied_rft.tools.seeds", "--seeds", "3", "4", "--ablation-no-sft", "--runs-dir", str(runs),
              "--out-metrics", str(tmp_path / "seeds.json"), "--out-report", str(tmp_path / "seeds.md"), "experiment=micro"],
             cwd=REPO, capture_output=True, text=True, timeout=1200,
         )

@@ -4,7 +4,7 @@ import json
 
 import yaml
 
-from embodied_rft.sweeps import collect, render
+from embodied_rft.tools.sweeps import collect, render
 
 
 def test_collect_and_render_multirun_jobs(tmp_path):

@@ -51,8 +51,8 @@ def section_configs(cfg: dict[str, Any]) -> dict[str, Any]:
     from .pipeline import Paths
     from .reward import RewardConfig
     from .teacher.config import TeacherConfig
-    from .train.grpo_config import GRPOConfig
-    from .train.sft_config import SFTConfig
+    from .train.grpo.config import GRPOConfig
+    from .train.sft.config import SFTConfig
     from .world.generator import GeneratorConfig
 
     data = dict(cfg["data"])

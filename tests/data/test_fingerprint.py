@@ -6,8 +6,8 @@ import pytest
 
 from embodied_rft.data import fingerprint as fpm
 from embodied_rft.evaluate.store import dir_fingerprint
-from embodied_rft.train.sft_config import SFTConfig
-from embodied_rft.train.sft_resume import run_fingerprint
+from embodied_rft.train.sft.config import SFTConfig
+from embodied_rft.train.sft.resume import run_fingerprint
 
 
 @pytest.fixture

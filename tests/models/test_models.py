@@ -14,7 +14,7 @@ from embodied_rft.config import ConfigError, build
 from embodied_rft.models import ModelConfig, ModelNotAvailableError, build_base_model, load_model
 from embodied_rft.models.atomic import atomic_directory
 from embodied_rft.models.chat_template import chatml_template
-from embodied_rft.train.sft_synthetic import synthetic_records
+from embodied_rft.train.sft.synthetic import synthetic_records
 
 torch.set_num_threads(1)
 

@@ -84,8 +84,8 @@ def _distill(path: Path, tmp: Path) -> None:
 
 
 def _grpo(path: Path, tmp: Path) -> None:
-    from embodied_rft.train.grpo_config import GRPOConfig
-    from embodied_rft.train.grpo_local import run_grpo_local
+    from embodied_rft.train.grpo.config import GRPOConfig
+    from embodied_rft.train.grpo.engine import run_grpo_local
 
     # no policy at this path: the samples must be refused before any model is loaded
     run_grpo_local(GRPOConfig(), tmp / "no-model", path, path, tmp / "out", tmp / "m.json", tmp / "p.csv", tmp / "work")
@@ -200,7 +200,7 @@ def test_every_consumer_refuses_an_empty_input(episodes, tmp_path):
         _evaluate(empty, tmp_path, eps)
     with pytest.raises(ConfigError, match=r"evaluate\.splits: .*valid_unseen\.jsonl holds no episodes"):
         _evaluate(None, tmp_path, _lines(tmp_path / "episodes" / "valid_unseen.jsonl", []))
-    from embodied_rft.train.sft_data import read_sft_records
+    from embodied_rft.train.sft.data import read_sft_records
 
     with pytest.raises(DataError, match=r"sft\.jsonl: no SFT records"):
         read_sft_records(_lines(tmp_path / "distilled" / "sft.jsonl", []))

@@ -44,8 +44,8 @@ import torch
 torch.set_num_threads(1)
 logging.basicConfig(level=logging.INFO)
 from embodied_rft.config import build
-from embodied_rft.train.grpo_config import GRPOConfig
-from embodied_rft.train.grpo_local import run_grpo_local
+from embodied_rft.train.grpo.config import GRPOConfig
+from embodied_rft.train.grpo.engine import run_grpo_local
 cfg = build(GRPOConfig, json.loads(sys.argv[1]), "grpo")
 root = Path(sys.argv[4])
 print("READY", flush=True)
@@ -55,8 +55,8 @@ run_grpo_local(cfg, sys.argv[2], sys.argv[3], sys.argv[3], root / "out", root / 
 
 
 def _grpo_in_process(root: Path, policy: Path, data: Path) -> dict:
-    from embodied_rft.train.grpo_config import GRPOConfig
-    from embodied_rft.train.grpo_local import run_grpo_local
+    from embodied_rft.train.grpo.config import GRPOConfig
+    from embodied_rft.train.grpo.engine import run_grpo_local
 
     return run_grpo_local(build(GRPOConfig, GRPO_CFG, "grpo"), policy, data, data, root / "out", root / "metrics.json",
                           root / "plots.csv", root / "work")
@@ -121,7 +121,7 @@ def test_grpo_sigkilled_at_random_points_resumes_to_the_uninterrupted_result(tmp
 def test_what_a_save_killed_midway_leaves_is_removed_by_the_next_save(tmp_path):
     """A kill inside a checkpoint or final-model save leaves its temp folder (for a 7B policy: weights plus AdamW
     moments, ~3x the model). The next save clears such folders, and only those."""
-    from embodied_rft.train.grpo_state import EngineState, load_checkpoint, save_checkpoint, save_pretrained_atomic
+    from embodied_rft.train.grpo.checkpoint import EngineState, load_checkpoint, save_checkpoint, save_pretrained_atomic
 
     work, models = tmp_path / "work", tmp_path / "models"
     dead = [work / ".ckpt-0000002.k3x9q1zz", models / ".grpo.a1b2c3d4", models / ".grpo.old-4242"]

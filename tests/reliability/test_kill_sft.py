@@ -16,7 +16,7 @@ import pytest
 import torch
 from killing import kill_repeatedly, kill_rng, run_to_end, whole_json, whole_model
 
-from embodied_rft.train.sft_resume import FINGERPRINT, prepare_work_dir
+from embodied_rft.train.sft.resume import FINGERPRINT, prepare_work_dir
 
 FP = {"settings": {"lr": 1}, "model": {}, "data": "x"}
 
@@ -49,8 +49,8 @@ import torch
 torch.set_num_threads(1)
 logging.basicConfig(level=logging.INFO)
 from embodied_rft.config import build
-from embodied_rft.train.sft import run_sft
-from embodied_rft.train.sft_config import SFTConfig
+from embodied_rft.train.sft.trainer import run_sft
+from embodied_rft.train.sft.config import SFTConfig
 cfg = build(SFTConfig, json.loads(sys.argv[1]), "sft")
 root = sys.argv[4]
 print("READY", flush=True)
@@ -66,10 +66,10 @@ def test_sft_sigkilled_at_random_points_resumes_to_the_uninterrupted_result(tmp_
     """~90 s: a checkpoint every step, so random kills land in saves as often as in steps."""
     from embodied_rft.config import build
     from embodied_rft.models import ModelConfig, build_base_model, load_model
-    from embodied_rft.train.sft import run_sft
-    from embodied_rft.train.sft_config import SFTConfig
-    from embodied_rft.train.sft_data import corpus_texts, read_sft_records
-    from embodied_rft.train.sft_synthetic import write_synthetic_sft
+    from embodied_rft.train.sft.trainer import run_sft
+    from embodied_rft.train.sft.config import SFTConfig
+    from embodied_rft.train.sft.data import corpus_texts, read_sft_records
+    from embodied_rft.train.sft.synthetic import write_synthetic_sft
 
     rng, replay = kill_rng("sft")
     data = write_synthetic_sft(tmp_path / "sft.jsonl", 40, seed=0)

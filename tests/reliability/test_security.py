@@ -8,7 +8,7 @@ outputs are data, never code.
    cache, metrics, plots, checkpoints, logs, the W&B run and cache folders, and anything new under ~/.cache,
    ~/.config and the temp folder) is searched for the key. tests/teacher/test_teacher_openai.py does this for
    distillation alone and tests/train/test_sft.py for the W&B run folder alone.
-2. ``embodied_rft.serve`` binds 127.0.0.1 unless told otherwise and is unreachable on this machine's other
+2. ``embodied_rft.tools.serve`` binds 127.0.0.1 unless told otherwise and is unreachable on this machine's other
    addresses. (tests/test_serve.py covers the token, body-size and max_tokens limits.)
 3. Responses carrying code (``__import__('os').system(...)``, YAML tags, pickle opcodes) score 0 in every
    reader — reward (both variants), OpenRLHF reward file, evaluation, teacher validation — and nothing runs;
@@ -68,9 +68,9 @@ def test_no_file_written_by_distill_and_sft_holds_the_api_key(tmp_path, monkeypa
     from embodied_rft.models import ModelConfig, TextArch, build_base_model
     from embodied_rft.teacher import ScriptedConfig, TeacherConfig, run_distill
     from embodied_rft.teacher.scripted import ScriptedTeacher
-    from embodied_rft.train.sft import run_sft
-    from embodied_rft.train.sft_config import SFTConfig, ValSettings
-    from embodied_rft.train.sft_data import corpus_texts, read_sft_records
+    from embodied_rft.train.sft.trainer import run_sft
+    from embodied_rft.train.sft.config import SFTConfig, ValSettings
+    from embodied_rft.train.sft.data import corpus_texts, read_sft_records
 
     secret = "sk-sentinel-" + uuid.uuid4().hex
     for var in (KEY_ENV, "OPENAI_API_KEY", "HF_TOKEN", "WANDB_API_KEY"):
@@ -169,7 +169,7 @@ def _other_addresses() -> list[str]:
 def test_server_binds_loopback_by_default():
     import http.client
 
-    from embodied_rft.serve import ChatServer, ServeConfig, _parse_args
+    from embodied_rft.tools.serve import ChatServer, ServeConfig, _parse_args
 
     assert _parse_args(["--model", "models/grpo"]).host == "127.0.0.1"
     server = ChatServer(object(), ServeConfig(model_name="m"), port=0).start()  # no model: only /health is asked
@@ -192,7 +192,7 @@ def test_server_never_logs_the_token(caplog):
     """Request logging (DEBUG) names the client and the request line, never the headers that carry the token."""
     import http.client
 
-    from embodied_rft.serve import ChatServer, ServeConfig
+    from embodied_rft.tools.serve import ChatServer, ServeConfig
 
     token = "tok-" + uuid.uuid4().hex
     server = ChatServer(object(), ServeConfig(model_name="m"), port=0, token=token).start()
@@ -237,7 +237,7 @@ def test_model_outputs_with_code_score_zero_and_run_nothing(tmp_path, monkeypatc
     from embodied_rft.evaluate.episode import read_plan
     from embodied_rft.evaluate.offline import score_responses
     from embodied_rft.teacher.validate import validate_answer
-    from embodied_rft.train.openrlhf_reward import reward_func
+    from embodied_rft.train.openrlhf.reward import reward_func
     from embodied_rft.world.generator import GeneratorConfig, generate_episodes
 
     calls: list[str] = []

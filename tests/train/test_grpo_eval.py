@@ -2,7 +2,7 @@
 
 import pytest
 
-from embodied_rft.train.grpo_eval import paired_gain
+from embodied_rft.train.grpo.heldout import paired_gain
 
 
 def test_counts_mean_and_exact_tests_by_hand():

@@ -15,10 +15,10 @@ from test_grpo_local import _weights, kill_at_3_and_resume, run, tiny_cfg
 from embodied_rft.config import ConfigError, build
 from embodied_rft.filtering import FilterConfig
 from embodied_rft.models import load_model
-from embodied_rft.train.grpo_config import GRPOConfig
-from embodied_rft.train.grpo_procs import ProcessRollout
-from embodied_rft.train.grpo_rollout import PolicyIO, make_sampler, sample_groups
-from embodied_rft.train.grpo_update import Group, shared_prompt_lm, update_step
+from embodied_rft.train.grpo.config import GRPOConfig
+from embodied_rft.train.grpo.workers import ProcessRollout
+from embodied_rft.train.grpo.rollout import PolicyIO, make_sampler, sample_groups
+from embodied_rft.train.grpo.update import Group, shared_prompt_lm, update_step
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -166,7 +166,7 @@ def test_rollout_fill_sizes_calls_to_the_acceptance_rate():
     from types import SimpleNamespace
 
     from embodied_rft.filtering import GroupBuffer
-    from embodied_rft.train.grpo_local import GRPOEngine
+    from embodied_rft.train.grpo.engine import GRPOEngine
 
     cfg = tiny_cfg(group_size=4, rollout_batch_size=2, rollout_fill=True, filter=FilterConfig(buffer_size=4, updates_per_buffer=1))
     buf = GroupBuffer(cfg.filter, 4)

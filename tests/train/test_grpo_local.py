@@ -12,8 +12,8 @@ from grpo_fixtures import base_policy, grpo_samples, sft_policy, write_jsonl
 
 from embodied_rft.config import ConfigError, build
 from embodied_rft.filtering import FilterConfig
-from embodied_rft.train.grpo_config import GRPOConfig
-from embodied_rft.train.grpo_local import run_grpo_local
+from embodied_rft.train.grpo.config import GRPOConfig
+from embodied_rft.train.grpo.engine import run_grpo_local
 
 
 def tiny_cfg(**kw) -> GRPOConfig:
@@ -211,10 +211,10 @@ def test_config_errors_name_the_key():
 def test_updates_raise_above_average_responses_relative_to_the_rest():
     """K_2 updates on one buffer move each response's log-prob in the direction of its advantage."""
     from embodied_rft.reward import RewardConfig
-    from embodied_rft.train.grpo_local import GRPOEngine, _RolloutStats
-    from embodied_rft.train.grpo_loss import group_advantages
-    from embodied_rft.train.grpo_ray import LocalRollout
-    from embodied_rft.train.grpo_rollout import sequence_logprobs
+    from embodied_rft.train.grpo.engine import GRPOEngine, _RolloutStats
+    from embodied_rft.train.grpo.loss import group_advantages
+    from embodied_rft.train.grpo.ray_workers import LocalRollout
+    from embodied_rft.train.grpo.rollout import sequence_logprobs
 
     torch.set_num_threads(1)
     cfg = tiny_cfg(group_size=8, rollout_batch_size=4, lr=3e-4, train_batch_size=32, micro_batch_size=32,

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from embodied_rft.train.grpo_log import RunTracker
+from embodied_rft.train.grpo.log import RunTracker
 
 ROWS = [{"update": 1, "reward_mean": 0.5, "kl_ref": float("nan")}, {"update": 2, "reward_mean": 0.75, "clip_frac": 0.1}]
 

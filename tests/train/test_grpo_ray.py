@@ -10,10 +10,10 @@ from grpo_fixtures import grpo_samples, sft_policy, write_jsonl
 
 from embodied_rft.filtering import FilterConfig
 from embodied_rft.models import load_model
-from embodied_rft.train.grpo_config import GRPOConfig
-from embodied_rft.train.grpo_local import run_grpo_local
-from embodied_rft.train.grpo_ray import RayRollout
-from embodied_rft.train.grpo_rollout import PolicyIO, make_sampler, sample_groups
+from embodied_rft.train.grpo.config import GRPOConfig
+from embodied_rft.train.grpo.engine import run_grpo_local
+from embodied_rft.train.grpo.ray_workers import RayRollout
+from embodied_rft.train.grpo.rollout import PolicyIO, make_sampler, sample_groups
 
 ray = pytest.importorskip("ray")
 

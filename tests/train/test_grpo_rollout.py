@@ -11,9 +11,9 @@ from grpo_fixtures import grpo_samples, sft_policy, vl_data
 
 from embodied_rft.filtering import FilterConfig
 from embodied_rft.models import load_model
-from embodied_rft.train.grpo_config import GRPOConfig
-from embodied_rft.train.grpo_local import _freeze_vision, run_grpo_local
-from embodied_rft.train.grpo_rollout import PolicyIO, _cat_mm, _left_pad, _token_mm, sample_responses, sequence_logprobs
+from embodied_rft.train.grpo.config import GRPOConfig
+from embodied_rft.train.grpo.engine import _freeze_vision, run_grpo_local
+from embodied_rft.train.grpo.rollout import PolicyIO, _cat_mm, _left_pad, _token_mm, sample_responses, sequence_logprobs
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

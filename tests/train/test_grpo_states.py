@@ -1,4 +1,4 @@
-"""On-policy GRPO prompts (train/grpo_states.py): the states a policy reaches, their gold plans, the mix with
+"""On-policy GRPO prompts (train/grpo/onpolicy.py): the states a policy reaches, their gold plans, the mix with
 decomposed prompts, reuse on resume, and the engine and stage taking them."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from embodied_rft.config import ConfigError  # noqa: E402
 from embodied_rft.data.response import format_response  # noqa: E402
 from embodied_rft.evaluate import EpisodeLimits, ExpertPolicy, RandomPolicy  # noqa: E402
 from embodied_rft.reward import score  # noqa: E402
-from embodied_rft.train.grpo_states import (  # noqa: E402
+from embodied_rft.train.grpo.onpolicy import (  # noqa: E402
     OnPolicyConfig,
     collect_states,
     load_or_collect,
@@ -143,8 +143,8 @@ def test_the_engine_trains_on_states_and_reports_them(tmp_path):
 
 
 def test_the_stage_collects_states_with_the_checkpoint_and_reuses_them(tmp_path):
-    import stages.grpo as stage
-    from embodied_rft.train.grpo_config import GRPOConfig
+    import embodied_rft.train.grpo.stage as stage
+    from embodied_rft.train.grpo.config import GRPOConfig
 
     eps = list(tc.episodes(n=2))
     ep_dir = tmp_path / "episodes"
@@ -171,8 +171,8 @@ def test_the_stage_collects_states_with_the_checkpoint_and_reuses_them(tmp_path)
 
 
 def test_the_openrlhf_prompt_file_holds_the_states_and_the_decomposed_share(tmp_path):
-    import stages.grpo as stage
-    from embodied_rft.train.grpo_config import GRPOConfig
+    import embodied_rft.train.grpo.stage as stage
+    from embodied_rft.train.grpo.config import GRPOConfig
 
     train = write_jsonl(tmp_path / "decomposed" / "train.jsonl", grpo_samples())
     states = [dict(s, sample_id=s["sample_id"] + ":call0", label=json.dumps({"gold": [[1, "x"]], "extra_actions": []}))

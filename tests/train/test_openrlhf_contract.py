@@ -21,9 +21,9 @@ from openrlhf_harness import fake_response, parse_train_ppo_ray, run_dynamic_fil
 from embodied_rft.config import ConfigError, build
 from embodied_rft.filtering import FilterConfig, accept, openrlhf_range
 from embodied_rft.models import load_model
-from embodied_rft.train import openrlhf as orl
-from embodied_rft.train.grpo_config import GRPOConfig, OpenRLHFConfig
-from embodied_rft.train.openrlhf_reward import split_response
+from embodied_rft.train.openrlhf import job as orl
+from embodied_rft.train.grpo.config import GRPOConfig, OpenRLHFConfig
+from embodied_rft.train.openrlhf.reward import split_response
 
 pytest.importorskip("openrlhf")
 

@@ -16,11 +16,11 @@ import torch
 from embodied_rft.config import ConfigError, build
 from embodied_rft.data.jsonl import DataError
 from embodied_rft.models import ModelConfig, build_base_model, load_model
-from embodied_rft.train.sft import prepare_sft, run_sft
-from embodied_rft.train.sft_config import LoraSettings, SFTConfig, ValSettings
-from embodied_rft.train.sft_data import corpus_texts, read_sft_records
-from embodied_rft.train.sft_resume import prepare_work_dir
-from embodied_rft.train.sft_synthetic import write_synthetic_sft
+from embodied_rft.train.sft.trainer import prepare_sft, run_sft
+from embodied_rft.train.sft.config import LoraSettings, SFTConfig, ValSettings
+from embodied_rft.train.sft.data import corpus_texts, read_sft_records
+from embodied_rft.train.sft.resume import prepare_work_dir
+from embodied_rft.train.sft.synthetic import write_synthetic_sft
 
 torch.set_num_threads(1)
 
@@ -216,8 +216,8 @@ def test_sigkilled_process_resumes_and_matches(tmp_path: Path, text_setup) -> No
         f"""
         import os, signal, sys, torch
         from transformers import TrainerCallback
-        from embodied_rft.train.sft import run_sft
-        from embodied_rft.train.sft_config import SFTConfig, ValSettings
+        from embodied_rft.train.sft.trainer import run_sft
+        from embodied_rft.train.sft.config import SFTConfig, ValSettings
         torch.set_num_threads(1)
         kw = {json.dumps({k: v for k, v in cfg.items() if k != "val"})}
         class Kill(TrainerCallback):
@@ -244,7 +244,7 @@ def test_sigkilled_process_resumes_and_matches(tmp_path: Path, text_setup) -> No
 def test_multi_gpu_configs_parse_with_the_installed_libraries() -> None:
     from accelerate.commands.config.config_args import ClusterConfig
 
-    from embodied_rft.train.sft import _deepspeed_config
+    from embodied_rft.train.sft.trainer import _deepspeed_config
 
     conf = Path(__file__).resolve().parents[2] / "conf" / "accelerate"
     z3 = ClusterConfig.from_yaml_file(str(conf / "zero3.yaml"))

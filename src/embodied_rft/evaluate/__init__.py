@@ -14,7 +14,7 @@ from .policy import (
     RandomPolicy,
 )
 from .report import PROXY_LABEL, render_markdown, table_rows
-from .run import run_evaluate, select_episodes, split_paths
+from .stage import run_evaluate, select_episodes, split_paths
 from .runner import run_episodes
 from .store import ResultStore
 

@@ -1,7 +1,7 @@
 """The ``evaluate:`` config section (``conf/evaluate/default.yaml``) as a frozen, self-checking dataclass.
 
 Input: the composed ``evaluate`` mapping, via ``config.build(EvalConfig, cfg["evaluate"], "evaluate")``.
-Output: :class:`EvalConfig`, read by :func:`embodied_rft.evaluate.run.run_evaluate`.
+Output: :class:`EvalConfig`, read by :func:`embodied_rft.evaluate.stage.run_evaluate`.
 
 The episode limits are EmbodiedBench's (FACTS §4: 30 environment steps, 10 invalid actions). The planner-call
 cap is ours: EB has none, but each of its planner calls either executes an action or counts an invalid one,

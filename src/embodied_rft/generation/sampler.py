@@ -4,7 +4,7 @@ Input: a :class:`~.decoder.DecoderLM` (a Qwen2 / Llama causal LM's own weights),
 ``n`` samples per prompt, the new-token cap, temperature, top-p, end-token ids and a seed. Output:
 :class:`Samples` — per prompt, ``n`` token-id lists (the end token included when one was generated) and the
 log-prob of each sampled token under the temperature-scaled distribution, ``log softmax(logits / T)``, the
-quantity GRPO's loss uses for π_old (``train.grpo_loss.token_logprobs``), so the trainer needs no second
+quantity GRPO's loss uses for π_old (``train.grpo.loss.token_logprobs``), so the trainer needs no second
 pass to get it.
 
 How, and why each part (measured in ``bench/bench_sampler.py``):

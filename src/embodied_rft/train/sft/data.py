@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..data.jsonl import DataError, iter_jsonl, require
+from embodied_rft.data.jsonl import DataError, iter_jsonl, require
 
 log = logging.getLogger(__name__)
 

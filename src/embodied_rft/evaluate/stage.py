@@ -30,20 +30,20 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..config import ConfigError, as_dict
-from ..data.episodes import SUBSETS, read_episodes
-from ..data.jsonl import write_json_atomic, write_text_atomic
-from ..data.prompt import PromptConfig
-from ..data.samples import read_samples
-from ..models.integrity import check_checkpoint
-from ..reward import RewardConfig
-from .aggregate import aggregate, paired
-from .config import EvalConfig
-from .offline import offline_metrics, select_samples
-from .policy import ModelPolicy, PolicySpec
-from .report import PROXY_LABEL, plot_rows, render_markdown, table_rows
-from .runner import run_episodes
-from .store import ResultStore, dir_fingerprint, fingerprint
+from embodied_rft.config import ConfigError, as_dict
+from embodied_rft.data.episodes import SUBSETS, read_episodes
+from embodied_rft.data.jsonl import write_json_atomic, write_text_atomic
+from embodied_rft.data.prompt import PromptConfig
+from embodied_rft.data.samples import read_samples
+from embodied_rft.models.integrity import check_checkpoint
+from embodied_rft.reward import RewardConfig
+from embodied_rft.evaluate.aggregate import aggregate, paired
+from embodied_rft.evaluate.config import EvalConfig
+from embodied_rft.evaluate.offline import offline_metrics, select_samples
+from embodied_rft.evaluate.policy import ModelPolicy, PolicySpec
+from embodied_rft.evaluate.report import PROXY_LABEL, plot_rows, render_markdown, table_rows
+from embodied_rft.evaluate.runner import run_episodes
+from embodied_rft.evaluate.store import ResultStore, dir_fingerprint, fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ def run_evaluate(
             "model_dir": str(model_dir),
             "interactive": aggregate(recs),
             "offline": offline,
-            # per-episode outcomes, for paired comparisons here and across seeds (embodied_rft.seeds)
+            # per-episode outcomes, for paired comparisons here and across seeds (embodied_rft.tools.seeds)
             "episode_success": {r["episode_id"]: bool(r["success"]) for r in recs},
         }
         timing[name] = {"interactive_s": round(t1 - t0, 2), "offline_s": round(t2 - t1, 2),
@@ -209,6 +209,6 @@ def run_evaluate(
 
 
 def _generator(spec: PolicySpec):
-    from ..generation import make_generator
+    from embodied_rft.generation import make_generator
 
     return make_generator(Path(str(spec.model_dir)), spec.generation)

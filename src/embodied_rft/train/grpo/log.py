@@ -1,6 +1,6 @@
 """Where the local GRPO engine's per-update rows go: history (metrics JSON), plot file, W&B.
 
-Inputs: one flat dict of numbers per optimiser update (see ``grpo_local`` for the keys). Outputs: the rows
+Inputs: one flat dict of numbers per optimiser update (see ``engine`` for the keys). Outputs: the rows
 kept in memory (and in the checkpoint) for ``metrics/grpo.json``'s ``history``; the plot file for
 ``dvc plots`` — CSV when the path ends in ``.csv``, else a JSON list of rows; and, when ``report_to``
 names it, a Weights & Biases run (offline by default: it writes under the work dir and never touches the
@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..data.jsonl import write_text_atomic
+from embodied_rft.data.jsonl import write_text_atomic
 
 log = logging.getLogger(__name__)
 

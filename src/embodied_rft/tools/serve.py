@@ -1,6 +1,6 @@
 """An OpenAI-compatible chat server for a trained checkpoint: ``POST /v1/chat/completions``, ``GET /v1/models``.
 
-Run: ``python -m embodied_rft.serve --model models/grpo [--host 127.0.0.1] [--port 8000] [--token-env VAR]
+Run: ``python -m embodied_rft.tools.serve --model models/grpo [--host 127.0.0.1] [--port 8000] [--token-env VAR]
 [--served-model-name NAME] [--backend hf|vllm]``. Input: chat requests in the OpenAI format, with text content or
 content parts (``{"type": "text"}``, ``{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}``).
 Output: ``chat.completion`` objects (``choices[].message.content``, ``finish_reason``, ``usage``); errors as
@@ -16,7 +16,7 @@ How the rest of the world uses it:
   that name and point EB at it::
 
       export EVAL_TOKEN=$(openssl rand -hex 16)
-      python -m embodied_rft.serve --model models/grpo --served-model-name Qwen/Qwen2.5-VL-7B-Instruct \\
+      python -m embodied_rft.tools.serve --model models/grpo --served-model-name Qwen/Qwen2.5-VL-7B-Instruct \\
           --token-env EVAL_TOKEN --max-tokens-cap 2048
       # in EmbodiedBench's environment:
       export remote_url=http://127.0.0.1:8000/v1 OPENAI_API_KEY=$EVAL_TOKEN
@@ -57,7 +57,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, check
+from embodied_rft.config import ConfigError, check
 
 log = logging.getLogger(__name__)
 
@@ -356,7 +356,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m embodied_rft.serve", description="OpenAI-compatible chat server for a trained checkpoint.")
+    p = argparse.ArgumentParser(prog="python -m embodied_rft.tools.serve", description="OpenAI-compatible chat server for a trained checkpoint.")
     p.add_argument("--model", required=True, help="checkpoint directory (models/sft, models/grpo ...)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (0 = any free port)")
@@ -372,7 +372,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .generation import GenerationConfig, make_generator
+    from embodied_rft.generation import GenerationConfig, make_generator
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     a = _parse_args(argv)

@@ -2,7 +2,7 @@
 
 Inputs: an :class:`SFTConfig`, the base checkpoint folder (``models/base``, from
 :func:`embodied_rft.models.build_base_model`), ``data/distilled/sft.jsonl`` (chat records, see
-:mod:`embodied_rft.train.sft_data`), optionally held-out prompts (``val_data``) and a work folder for
+:mod:`embodied_rft.train.sft.data`), optionally held-out prompts (``val_data``) and a work folder for
 checkpoints. Outputs, all written atomically: ``out_dir`` (``models/sft``: a Hugging Face checkpoint with
 its tokenizer or processor, loadable by :func:`embodied_rft.models.load_model`), ``metrics_path`` (final
 loss, steps, tokens/s, train time, parameter counts, the held-out format check) and ``plots_path`` (loss
@@ -34,15 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, as_dict
-from ..data.jsonl import write_json_atomic, write_text_atomic
-from ..models import load_model
-from ..models.atomic import replace_directory
-from ..models.factory import CARD
-from .sft_config import SFTConfig
-from .sft_data import read_sft_records, to_train_dataset
-from .sft_eval import json_format_rate, read_val_prompts
-from .sft_resume import prepare_work_dir, run_fingerprint
+from embodied_rft.config import ConfigError, as_dict
+from embodied_rft.data.jsonl import write_json_atomic, write_text_atomic
+from embodied_rft.models import load_model
+from embodied_rft.models.atomic import replace_directory
+from embodied_rft.models.factory import CARD
+from embodied_rft.train.sft.config import SFTConfig
+from embodied_rft.train.sft.data import read_sft_records, to_train_dataset
+from embodied_rft.train.sft.heldout import json_format_rate, read_val_prompts
+from embodied_rft.train.sft.resume import prepare_work_dir, run_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ def prepare_sft(
     import torch
     from trl import SFTTrainer
 
-    from .sft_callbacks import Throughput, ValCheck
+    from embodied_rft.train.sft.callbacks import Throughput, ValCheck
 
     model_dir, data_path, work_dir = Path(model_dir), Path(data_path), Path(work_dir)
     if cfg.num_threads:

@@ -1,4 +1,4 @@
-"""Replay logged responses through the reward: ``python -m embodied_rft.reward_replay FILE.jsonl``.
+"""Replay logged responses through the reward: ``python -m embodied_rft.tools.reward_replay FILE.jsonl``.
 
 Input: a JSONL file with one record per line holding a response (``--response-key``, default
 ``response``: a string) and its sample's label (``--label-key``, default ``label``: the decomposed
@@ -88,7 +88,7 @@ def replay(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m embodied_rft.reward_replay", description="Replay logged responses through the reward and print a breakdown table.")
+    ap = argparse.ArgumentParser(prog="python -m embodied_rft.tools.reward_replay", description="Replay logged responses through the reward and print a breakdown table.")
     ap.add_argument("file", type=Path, help="JSONL file of logged responses with their labels")
     ap.add_argument("--response-key", default="response", help="record field holding the response text")
     ap.add_argument("--label-key", default="label", help="record field holding the sample's label")

@@ -30,10 +30,10 @@ from typing import Any
 
 import torch
 
-from ..generation.base import content_parts, text_only
-from ..generation.decoder import decoder_for
-from ..generation.sampler import FastSampler
-from .grpo_loss import token_entropy, token_logprobs
+from embodied_rft.generation.base import content_parts, text_only
+from embodied_rft.generation.decoder import decoder_for
+from embodied_rft.generation.sampler import FastSampler
+from embodied_rft.train.grpo.loss import token_entropy, token_logprobs
 
 log = logging.getLogger(__name__)
 

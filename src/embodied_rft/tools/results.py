@@ -2,7 +2,7 @@
 
 Input: a metrics folder written by ``dvc repro`` (``prepare``, ``distill``, ``sft``, ``grpo`` and ``eval`` JSON).
 Output: a Markdown block (:func:`render`), written between the ``<!-- results:begin -->`` and
-``<!-- results:end -->`` markers of ``README.md`` by ``python -m embodied_rft.results`` (``make results``; ``make
+``<!-- results:end -->`` markers of ``README.md`` by ``python -m embodied_rft.tools.results`` (``make results``; ``make
 repro`` runs it last). ``--check`` exits 1 when the README's block differs from what the metrics give (a test runs
 it). Every success figure is a symbolic-simulator proxy, and the table says so.
 """

@@ -14,7 +14,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from .sft_eval import ValPrompt, json_format_rate
+from embodied_rft.train.sft.heldout import ValPrompt, json_format_rate
 
 log = logging.getLogger(__name__)
 

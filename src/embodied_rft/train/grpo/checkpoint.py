@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ..data.jsonl import write_text_atomic
+from embodied_rft.data.jsonl import write_text_atomic
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ import logging
 import shutil
 from pathlib import Path
 
-from ..config import as_dict
-from ..data.fingerprint import file_digest, folder_digests
-from ..data.jsonl import write_text_atomic
-from .sft_config import SFTConfig
+from embodied_rft.config import as_dict
+from embodied_rft.data.fingerprint import file_digest, folder_digests
+from embodied_rft.data.jsonl import write_text_atomic
+from embodied_rft.train.sft.config import SFTConfig
 
 log = logging.getLogger(__name__)
 

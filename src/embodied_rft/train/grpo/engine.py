@@ -9,18 +9,18 @@ for ``dvc plots``), optional W&B run, resumable checkpoints in ``work_dir``.
 
 The loop (paper §3.2-3.3, FACTS §1.5-1.6):
 1. take the next ``rollout_batch_size`` prompts (a fixed-seed shuffle per episode; with ``rollout_fill``, as
-   many as should fill the buffer at the acceptance rate so far) and sample G responses each (``grpo_ray``:
-   in-process or Ray actors; ``grpo_procs``: worker processes on shared weights);
+   many as should fill the buffer at the acceptance rate so far) and sample G responses each (``ray_workers``:
+   in-process or Ray actors; ``workers``: worker processes on shared weights);
 2. score every response with ``embodied_rft.reward`` and offer each group to the online filter
    (``embodied_rft.filtering.GroupBuffer``: keep iff lower ≤ C_x ≤ upper; zero-variance groups dropped);
    an accepted group gets its sampling-time log-probs (and the reference's when β > 0) right away — no
    update happens between sampling and that forward pass, so they are exactly π_old;
-3. when N_B groups are held, run K_2 updates on them (``grpo_loss``: group-normalised advantages, clipped
+3. when N_B groups are held, run K_2 updates on them (``loss``: group-normalised advantages, clipped
    ratio, k3 KL, token- or sequence-mean aggregation, grad clipping, AdamW), then refresh rollout workers
    and checkpoint when due;
 4. stop at ``max_updates`` or when ``num_episodes`` passes over the prompts are done (a partial buffer is
    then flushed or dropped per ``filter.on_stall``), or when the filter stalls with nothing to train on.
-Greedy held-out evaluation runs before and after (``grpo_eval``).
+Greedy held-out evaluation runs before and after (``heldout``).
 
 Departures from the paper (engine details the paper does not fix, or CPU necessities): transformers
 ``generate`` instead of vLLM; the optimiser walks the buffer in ``train_batch_size`` minibatches for exactly
@@ -43,20 +43,20 @@ from typing import Any
 import torch
 from transformers import get_scheduler
 
-from ..config import as_dict
-from ..data.fingerprint import path_identity
-from ..data.jsonl import write_json_atomic
-from ..data.samples import read_samples
-from ..filtering import BufferBatch, GroupBuffer
-from ..reward import RewardConfig
-from .grpo_config import GRPOConfig
-from .grpo_eval import evaluate_greedy, paired_gain
-from .grpo_log import RunTracker
-from .grpo_loss import group_advantages
-from .grpo_procs import ProcessRollout
-from .grpo_ray import LocalRollout, RayRollout
-from .grpo_rollout import EncodedPrompt, PolicyIO, is_vision_model, make_sampler, sequence_logprobs
-from .grpo_state import (
+from embodied_rft.config import as_dict
+from embodied_rft.data.fingerprint import path_identity
+from embodied_rft.data.jsonl import write_json_atomic
+from embodied_rft.data.samples import read_samples
+from embodied_rft.filtering import BufferBatch, GroupBuffer
+from embodied_rft.reward import RewardConfig
+from embodied_rft.train.grpo.config import GRPOConfig
+from embodied_rft.train.grpo.heldout import evaluate_greedy, paired_gain
+from embodied_rft.train.grpo.log import RunTracker
+from embodied_rft.train.grpo.loss import group_advantages
+from embodied_rft.train.grpo.workers import ProcessRollout
+from embodied_rft.train.grpo.ray_workers import LocalRollout, RayRollout
+from embodied_rft.train.grpo.rollout import EncodedPrompt, PolicyIO, is_vision_model, make_sampler, sequence_logprobs
+from embodied_rft.train.grpo.checkpoint import (
     EngineState,
     fingerprint,
     load_checkpoint,
@@ -65,8 +65,8 @@ from .grpo_state import (
     save_pretrained_atomic,
     set_rng_state,
 )
-from .grpo_states import mix_prompts
-from .grpo_update import Group, shared_prompt_lm, update_step
+from embodied_rft.train.grpo.onpolicy import mix_prompts
+from embodied_rft.train.grpo.update import Group, shared_prompt_lm, update_step
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class GRPOEngine:
         fp: str,
         hooks: Hooks | None = None,
     ) -> None:
-        from ..models import load_model
+        from embodied_rft.models import load_model
 
         self.cfg, self.reward, self.work_dir, self.fp = cfg, reward, Path(work_dir), fp
         self.hooks = hooks or {}
@@ -425,7 +425,7 @@ def run_grpo_local(
 
     ``reward`` is the ``reward:`` config section (default: the paper's reward). ``hooks['on_update']``,
     if given, is called with an :class:`UpdateInfo` after every optimiser update (tests use it).
-    ``states`` (samples, summary), from :mod:`.grpo_states`, are mixed into the training prompts as
+    ``states`` (samples, summary), from :mod:`.onpolicy`, are mixed into the training prompts as
     ``cfg.onpolicy.fraction`` says. Resumes from ``work_dir`` when a checkpoint of the same config and
     inputs is there.
     """

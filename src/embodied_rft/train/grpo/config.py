@@ -20,9 +20,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..config import ConfigError, check
-from ..filtering import FilterConfig
-from .grpo_states import OnPolicyConfig
+from embodied_rft.config import ConfigError, check
+from embodied_rft.filtering import FilterConfig
+from embodied_rft.train.grpo.onpolicy import OnPolicyConfig
 
 
 def _paper_filter() -> FilterConfig:
@@ -171,7 +171,7 @@ class GRPOConfig:
     # (0 = generate in the training process). The paper's OpenRLHF used vLLM engines instead.
     num_rollout_workers: int = 0
     # Rollouts (and the held-out greedy check) in this many single-thread processes that read the trainer's
-    # parameters from shared memory (train/grpo_procs.py; CPU, fast-sampler models); 0 = in the training process.
+    # parameters from shared memory (train/grpo/workers.py; CPU, fast-sampler models); 0 = in the training process.
     # Two such processes decoded 1.67x faster than one two-thread process on 2 cores.
     rollout_processes: int = 0
     # Rollout and held-out sampler: fast (the project's sampler for Qwen2/Llama text models: one prefill per
@@ -215,7 +215,7 @@ class GRPOConfig:
     freeze_vision: bool = True
     # Cluster settings for backend=openrlhf.
     openrlhf: OpenRLHFConfig = field(default_factory=OpenRLHFConfig)
-    # On-policy prompts: states the initial policy reaches in training episodes (train/grpo_states.py).
+    # On-policy prompts: states the initial policy reaches in training episodes (train/grpo/onpolicy.py).
     # Off (episodes 0) in the paper, which trains on the offline decomposed prompts only.
     onpolicy: OnPolicyConfig = field(default_factory=OnPolicyConfig)
 

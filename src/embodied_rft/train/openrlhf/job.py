@@ -17,7 +17,7 @@ The mapping (paper §3.2-3.3 → OpenRLHF):
 * N_B → ``--rollout.batch_size`` (prompts per rollout); K_2 = max_epochs × N_B·G / train_batch_size →
   ``--train.max_epochs`` = K_2 / (N_B·G / ``--train.batch_size``) (``GRPOConfig.openrlhf_epochs`` checks it
   is whole);
-* the reward → ``--reward.remote_url src/embodied_rft/train/openrlhf_reward.py`` (``openrlhf_reward``), the
+* the reward → ``--reward.remote_url src/embodied_rft/train/openrlhf/reward.py`` (``reward``), the
   variant passed as ``EMBODIED_RFT_REWARD_VARIANT`` in the job's env.
 
 Not expressible in OpenRLHF (the local engine's extras): ``filter.drop_zero_variance`` (OpenRLHF trains
@@ -25,7 +25,7 @@ on equal-reward groups, which carry zero advantage), ``filter.on_stall``/``max_c
 (OpenRLHF keeps replacing prompts until the data runs out). Its logged filter pass rate is G× too high
 (an upstream bug, FACTS §5).
 
-CLI: ``python -m embodied_rft.train.openrlhf --dry-run`` prints the submit command for
+CLI: ``python -m embodied_rft.train.openrlhf.job --dry-run`` prints the submit command for
 ``conf/grpo/openrlhf.yaml``; without ``--dry-run`` it writes the prompt data and runs ``ray job submit``.
 """
 
@@ -41,14 +41,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, build, check
-from ..data.jsonl import DataError, iter_jsonl, write_jsonl_atomic
-from .grpo_config import GRPOConfig
+from embodied_rft.config import ConfigError, build, check
+from embodied_rft.data.jsonl import DataError, iter_jsonl, write_jsonl_atomic
+from embodied_rft.train.grpo.config import GRPOConfig
 
 log = logging.getLogger(__name__)
 
 # The reward file, relative to the job's working_dir (the repository root uploaded by `ray job submit`).
-REWARD_FILE = "src/embodied_rft/train/openrlhf_reward.py"
+REWARD_FILE = "src/embodied_rft/train/openrlhf/reward.py"
 # Uploading these would be slow or useless: environments, caches, local models and DVC's cache.
 DEFAULT_EXCLUDES = (".git", ".venv", ".venv-*", ".dvc/cache", ".dvc/tmp", ".cache", "models", "multirun", "outputs", "wandb")
 
@@ -248,7 +248,7 @@ def _grpo_section(path: Path, seed: int) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m embodied_rft.train.openrlhf", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m embodied_rft.train.openrlhf.job", description=__doc__.split("\n\n")[0])
     p.add_argument("--grpo-yaml", default="conf/grpo/openrlhf.yaml", help="the grpo section (a conf/grpo/*.yaml file)")
     p.add_argument("--params", default="params.yaml", help="read seed and reward.variant from here when it exists")
     p.add_argument("--policy", default="models/sft", help="policy path as the cluster sees it")

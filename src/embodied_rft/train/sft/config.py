@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..config import check
+from embodied_rft.config import check
 
 # Every linear layer of a Qwen2 / Llama decoder block (LLaMA-Factory's `lora_target: all` for these models).
 _ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import check
-from ..data.decompose import sample_record
-from ..data.jsonl import iter_jsonl, write_json_atomic, write_jsonl_atomic
-from ..data.prompt import PromptConfig
-from ..progress import progress
-from ..world.actions import N_GLOBAL
+from embodied_rft.config import check
+from embodied_rft.data.decompose import sample_record
+from embodied_rft.data.jsonl import iter_jsonl, write_json_atomic, write_jsonl_atomic
+from embodied_rft.data.prompt import PromptConfig
+from embodied_rft.progress import progress
+from embodied_rft.world.actions import N_GLOBAL
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class OnPolicyConfig:
 def state_sample(run: Any) -> dict | None:
     """The decomposed-format sample of an :class:`EpisodeRun`'s current state (the prompt it would send the
     policy now, and the symbolic planner's plan from there as gold), or None when the planner finds no plan."""
-    from ..world.planner import PlanError, plan_for
+    from embodied_rft.world.planner import PlanError, plan_for
 
     try:
         names = plan_for(run.sim)
@@ -91,7 +91,7 @@ def collect_states(
     policy: Any, episodes: Sequence[dict], prompt_cfg: PromptConfig, limits: Any, batch_size: int
 ) -> tuple[list[dict], dict[str, Any]]:
     """Play ``episodes`` with ``policy`` and return (one sample per planner call, a summary)."""
-    from ..evaluate.episode import EpisodeRun
+    from embodied_rft.evaluate.episode import EpisodeRun
 
     if prompt_cfg.observation == "image":
         raise ValueError("grpo.onpolicy: image observations are not supported yet (the states would need their frames saved)")

@@ -20,9 +20,9 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from ..evaluate.aggregate import mcnemar_exact, paired
-from ..reward import RewardConfig
-from .grpo_rollout import EncodedPrompt, PolicyIO, sample_groups
+from embodied_rft.evaluate.aggregate import mcnemar_exact, paired
+from embodied_rft.reward import RewardConfig
+from embodied_rft.train.grpo.rollout import EncodedPrompt, PolicyIO, sample_groups
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def evaluate_greedy(
 ) -> dict[str, float]:
     """Greedy held-out metrics (see module docstring); an empty prompt list gives ``{"n": 0}``.
 
-    ``sampler`` (``grpo_rollout.make_sampler``) decodes with the fast sampler, token-identical to ``generate``
+    ``sampler`` (``rollout.make_sampler``) decodes with the fast sampler, token-identical to ``generate``
     (None: ``generate``)."""
     if not prompts:
         return {"n": 0}

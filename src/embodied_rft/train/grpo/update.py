@@ -7,7 +7,7 @@ diagnostics averaged over the minibatch's response tokens (loss, clip fraction, 
 entropy, grad norm, LR).
 
 The minibatch is split into micro-batches of ``micro_batch_size`` sequences whose gradients accumulate;
-the loss weights come from :func:`grpo_loss.token_weights` with the *minibatch* totals, so the step is the
+the loss weights come from :func:`loss.token_weights` with the *minibatch* totals, so the step is the
 same however it is split. Gradients are clipped to ``max_grad_norm`` before AdamW steps.
 """
 
@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from ..generation.decoder import DecoderLM, PromptStates, decoder_for
-from .grpo_config import GRPOConfig
-from .grpo_loss import grpo_loss, token_entropy, token_logprobs, token_weights
-from .grpo_rollout import EncodedPrompt, PolicyIO, batch_logprobs, build_batch
+from embodied_rft.generation.decoder import DecoderLM, PromptStates, decoder_for
+from embodied_rft.train.grpo.config import GRPOConfig
+from embodied_rft.train.grpo.loss import grpo_loss, token_entropy, token_logprobs, token_weights
+from embodied_rft.train.grpo.rollout import EncodedPrompt, PolicyIO, batch_logprobs, build_batch
 
 
 @dataclass

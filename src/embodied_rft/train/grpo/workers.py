@@ -1,7 +1,7 @@
 """Rollouts in single-thread worker processes that read the trainer's weights from shared memory.
 
 Input: the trainer's policy (a Qwen2 / Llama text model the fast sampler runs), the number of processes,
-encoded prompts and the sampling settings. Output: the same :class:`~.grpo_rollout.Rollout` as the in-process
+encoded prompts and the sampling settings. Output: the same :class:`~.rollout.Rollout` as the in-process
 path — G responses per prompt and their sampled-token log-probs — with the prompts of a call split into
 contiguous chunks, one per process, chunk ``j`` seeded ``seed·1009 + j`` (as the Ray actors do).
 
@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from ..generation.sampler import Samples
-from .grpo_rollout import EncodedPrompt, Rollout
+from embodied_rft.generation.sampler import Samples
+from embodied_rft.train.grpo.rollout import EncodedPrompt, Rollout
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,8 @@ def _worker(conn: Any, config: Any, state: dict[str, torch.Tensor], compact_at: 
     try:
         from transformers import AutoModelForCausalLM
 
-        from ..generation.decoder import DecoderLM
-        from ..generation.sampler import FastSampler
+        from embodied_rft.generation.decoder import DecoderLM
+        from embodied_rft.generation.sampler import FastSampler
 
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config)
@@ -81,7 +81,7 @@ class ProcessRollout:
 
     def __init__(self, model: Any, eos_ids: Sequence[int], n_procs: int, compact_at: float = 0.75,
                  max_rows: int | None = None) -> None:
-        from ..generation.decoder import unsupported_reason
+        from embodied_rft.generation.decoder import unsupported_reason
 
         why = unsupported_reason(model)
         if why is not None:
@@ -135,7 +135,7 @@ class ProcessRollout:
         return out
 
     def as_sampler(self) -> _AsSampler:
-        """This pool behind the fast sampler's interface (for ``grpo_eval.evaluate_greedy``)."""
+        """This pool behind the fast sampler's interface (for ``heldout.evaluate_greedy``)."""
         return _AsSampler(self)
 
     def sample(self, prompts: Sequence[EncodedPrompt], group_size: int, *, seed: int, temperature: float, top_p: float,

@@ -1,7 +1,7 @@
 """Rollout generation of the local GRPO engine, in-process or in Ray actors.
 
 Inputs: encoded prompts, the sampling settings, a policy to sample from. Output: G response token-id lists
-per prompt, in prompt order (the same as :func:`grpo_rollout.sample_responses`).
+per prompt, in prompt order (the same as :func:`rollout.sample_responses`).
 
 :class:`LocalRollout` samples with the training process's own model. :class:`RayRollout`
 (``grpo.num_rollout_workers > 0``) starts that many Ray actors, each loading the policy from the checkpoint
@@ -12,7 +12,7 @@ prompts of a call are split into contiguous chunks, one per actor, each seeded f
 the chunk index. Locally Ray starts with ``ray_num_cpus`` CPUs (2 on the CPU default) and no dashboard;
 a cluster already joined by ``ray.init`` is used as it is.
 
-Both sample with ``grpo.sampler`` (``grpo_rollout.make_sampler``: the fast sampler for Qwen2/Llama text
+Both sample with ``grpo.sampler`` (``rollout.make_sampler``: the fast sampler for Qwen2/Llama text
 models, which also returns each sampled token's log-prob, or ``transformers.generate``). Where this departs
 from the paper: OpenRLHF generates with vLLM engines.
 """
@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from ..generation.sampler import FastSampler
-from .grpo_rollout import EncodedPrompt, PolicyIO, Rollout, make_sampler, sample_groups
+from embodied_rft.generation.sampler import FastSampler
+from embodied_rft.train.grpo.rollout import EncodedPrompt, PolicyIO, Rollout, make_sampler, sample_groups
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class LocalRollout:
     """Sample with the trainer's own model (the fast sampler reads its parameters at every call)."""
 
     def __init__(self, model: Any, io: PolicyIO, device: Any, sampler: FastSampler | None = None) -> None:
-        # sampler: the engine's (grpo_rollout.make_sampler), None = transformers' generate
+        # sampler: the engine's (rollout.make_sampler), None = transformers' generate
         self.model, self.io, self.device, self.sampler = model, io, device, sampler
 
     def sample(self, prompts: Sequence[EncodedPrompt], group_size: int, *, seed: int, **gen: Any) -> Rollout:
@@ -60,7 +60,7 @@ class RolloutWorker:
     """One Ray actor: a policy copy that samples responses (wrapped with ``ray.remote`` at start-up)."""
 
     def __init__(self, policy_dir: str, max_prompt_tokens: int, threads: int = 1, sampler: str = "auto") -> None:
-        from ..models import load_model
+        from embodied_rft.models import load_model
 
         torch.set_num_threads(max(1, threads))
         self.model, tok = load_model(policy_dir, for_training=False)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-log = logging.getLogger("embodied_rft.train.openrlhf_reward")
+log = logging.getLogger("embodied_rft.train.openrlhf.reward")
 
 DEFAULT_MARKER = "<|im_start|>assistant"
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>", "<end_of_turn>")

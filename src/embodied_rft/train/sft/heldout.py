@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..data.jsonl import DataError, iter_jsonl, require
-from ..data.response import RESPONSE_KEYS, parse_response
-from .sft_data import open_image
+from embodied_rft.data.jsonl import DataError, iter_jsonl, require
+from embodied_rft.data.response import RESPONSE_KEYS, parse_response
+from embodied_rft.train.sft.data import open_image
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,8 @@ def read_val_prompts(path: str | Path, limit: int) -> list[ValPrompt]:
 
 def json_format_rate(model: Any, tok: Any, prompts: list[ValPrompt], *, max_new_tokens: int, batch_size: int) -> dict:
     """Greedy answers to ``prompts`` and how many are EB responses (see the module docstring)."""
-    from ..generation.config import GenerationConfig
-    from ..generation.hf import HFGenerator
+    from embodied_rft.generation.config import GenerationConfig
+    from embodied_rft.generation.hf import HFGenerator
 
     if not prompts:
         return {"samples": 0}

@@ -1,6 +1,6 @@
 """Seed spread: the whole pipeline once per seed, then each headline as mean ± spread.
 
-``python -m embodied_rft.seeds --seeds 0 1 2 [--ablation-no-sft] [-- OVERRIDE ...]`` runs every stage of
+``python -m embodied_rft.tools.seeds --seeds 0 1 2 [--ablation-no-sft] [-- OVERRIDE ...]`` runs every stage of
 ``dvc.yaml`` in order (``python -m stages.<name>``, the same entry points DVC calls) for each seed, with the
 Hydra overrides ``seed=<s>`` and every ``paths.*`` output re-rooted under ``runs/seed-<s>/`` — so runs never
 overwrite each other or the workspace's DVC outputs. A rerun skips a stage whose metrics exist and whose
@@ -38,8 +38,8 @@ from typing import Any
 
 import yaml
 
-from .data.jsonl import write_json_atomic
-from .evaluate.aggregate import mcnemar_exact
+from embodied_rft.data.jsonl import write_json_atomic
+from embodied_rft.evaluate.aggregate import mcnemar_exact
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from ..data.jsonl import write_jsonl_atomic
-from ..data.response import format_response
-from ..world.actions import PUT_DOWN, ActionSpace, global_actions
+from embodied_rft.data.jsonl import write_jsonl_atomic
+from embodied_rft.data.response import format_response
+from embodied_rft.world.actions import PUT_DOWN, ActionSpace, global_actions
 
 _OBJECTS = ("Apple", "Mug", "Book", "Knife", "Potato", "Bowl", "Egg", "Pencil", "Vase", "Spoon")
 _RECEPTACLES = ("Fridge", "CounterTop", "Sink", "Drawer", "Shelf", "Microwave", "Cabinet")
