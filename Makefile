@@ -14,7 +14,7 @@ export PYTHONHASHSEED ?= 0
 # stage commands in dvc.yaml run `python` from the project's venv
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help install params params-check repro results test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics plots fetch-alfred
+.PHONY: help install params params-check repro results lint test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics plots fetch-alfred
 
 help: ## list every target
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -42,6 +42,10 @@ repro: $(STAMP) params ## run the whole DVC pipeline (dvc repro) on the embedded
 results: $(STAMP) ## write the README's results table from metrics/ (--check in the tests)
 	$(PY) -m embodied_rft.tools.results
 
+lint: $(STAMP) ## ruff lint + format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
 test: $(STAMP) ## run the default test tier (fast, CPU, no network)
 	$(PY) -m pytest -q
 
@@ -61,11 +65,12 @@ serve: $(STAMP) ## serve MODEL (default models/grpo) as an OpenAI-compatible API
 	$(PY) -m embodied_rft.tools.serve --model $(MODEL) --host $(HOST) --port $(PORT) $(if $(TOKEN_ENV),--token-env $(TOKEN_ENV),)
 
 POLICY ?= models/sft
-grpo-cluster: $(STAMP) ## submit GRPO as an OpenRLHF Ray job to the running cluster (RAY_ADDRESS; POLICY = path on the shared FS)
-	$(PY) -m embodied_rft.train.openrlhf.job --policy $(POLICY)
+OVERRIDES ?=
+grpo-cluster: $(STAMP) ## submit GRPO as an OpenRLHF Ray job to the running cluster (RAY_ADDRESS; POLICY = path on the shared FS; OVERRIDES = Hydra overrides, composed with grpo=openrlhf as the stage would)
+	$(PY) -m embodied_rft.train.openrlhf.job --policy $(POLICY) $(OVERRIDES)
 
 grpo-cluster-dry: $(STAMP) ## print the `ray job submit ... openrlhf.cli.train_ppo_ray ...` command without running it
-	$(PY) -m embodied_rft.train.openrlhf.job --policy $(POLICY) --dry-run
+	$(PY) -m embodied_rft.train.openrlhf.job --policy $(POLICY) --dry-run $(OVERRIDES)
 
 sweep-filter: $(STAMP) ## GRPO with the online filter on vs off (Hydra multirun from models/sft), then a table
 	$(PY) -m stages.grpo -m grpo.filter.enabled=true,false hydra.sweep.dir=multirun/sweep-filter
@@ -78,9 +83,8 @@ seeds: $(STAMP) params ## the whole pipeline once per seed in SEEDS under runs/s
 ablation-no-sft: $(STAMP) params ## the paper's ablation: GRPO from the base model (no SFT), as a DVC experiment
 	$(DVC) exp run -S grpo.init=base
 
-GRPO_LONG := -S grpo.max_updates=480
-grpo-long: $(STAMP) params ## GRPO twice as long as the default (480 updates, ~12 min on 2 cores) as a DVC experiment
-	$(DVC) exp run $(GRPO_LONG)
+grpo-long: $(STAMP) params ## GRPO twice as long as the default (conf/experiment/tiny_long.yaml: 480 updates, ~12 min on 2 cores) as a DVC experiment
+	$(DVC) exp run -S experiment=tiny_long
 
 dag: $(STAMP) ## show the pipeline DAG
 	$(DVC) dag

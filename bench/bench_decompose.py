@@ -38,11 +38,21 @@ def run(episodes: int = 300) -> list[dict]:
 
     t_sim = _best(replay)
     rows = []
-    for name, cfg in (("tiny prompt", PromptConfig(style="compact", action_list="none")),
-                      ("EB prompt", PromptConfig(style="eb", action_list="full"))):
+    for name, cfg in (
+        ("tiny prompt", PromptConfig(style="compact", action_list="none")),
+        ("EB prompt", PromptConfig(style="eb", action_list="full")),
+    ):
         t = _best(lambda cfg=cfg: decompose_episodes(eps, cfg))
-        rows.append({"bench": "decompose", "case": name, "value": n_samples / t, "unit": "samples/s",
-                     "ratio": t_sim / t, "vs": "simulator-only replay"})
+        rows.append(
+            {
+                "bench": "decompose",
+                "case": name,
+                "value": n_samples / t,
+                "unit": "samples/s",
+                "ratio": t_sim / t,
+                "vs": "simulator-only replay",
+            }
+        )
     return rows
 
 

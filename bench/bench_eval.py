@@ -93,8 +93,17 @@ def _harness_rows(eps: list[dict]) -> list[dict]:
         recs = list(run_lockstep(eps, policy, _prompt_cfg(), EpisodeLimits()))
         dt = time.process_time() - t
         sr = 100.0 * sum(r["success"] for r in recs) / len(recs)
-        rows.append({"bench": "evaluate", "case": f"harness {name}", "value": len(eps) / dt, "unit": "episodes/s (CPU)",
-                     "ratio": t_sim / dt, "vs": "simulator-only replay", "note": f"success {sr:.0f}%"})
+        rows.append(
+            {
+                "bench": "evaluate",
+                "case": f"harness {name}",
+                "value": len(eps) / dt,
+                "unit": "episodes/s (CPU)",
+                "ratio": t_sim / dt,
+                "vs": "simulator-only replay",
+                "note": f"success {sr:.0f}%",
+            }
+        )
     return rows
 
 
@@ -114,16 +123,34 @@ def _model_rows(model: Path, eps: list[dict], max_new_tokens: int) -> list[dict]
         dt = time.perf_counter() - t
         toks = sum(c.completion_tokens for cs in outs for c in cs)
         rates[bs] = toks / dt
-        rows.append({"bench": "generate", "case": f"generate hf batch {bs}", "value": rates[bs], "unit": "new tokens/s",
-                     "ratio": rates[bs] / rates[1], "vs": "hf batch 1",
-                     "note": f"{len(prompts)} prompts, {sum(o[0].prompt_tokens for o in outs) // len(outs)} prompt tokens"})
+        rows.append(
+            {
+                "bench": "generate",
+                "case": f"generate hf batch {bs}",
+                "value": rates[bs],
+                "unit": "new tokens/s",
+                "ratio": rates[bs] / rates[1],
+                "vs": "hf batch 1",
+                "note": f"{len(prompts)} prompts, {sum(o[0].prompt_tokens for o in outs) // len(outs)} prompt tokens",
+            }
+        )
     gen.cfg = GenerationConfig(max_new_tokens=max_new_tokens, batch_size=8, device="cpu")
     t = time.perf_counter()
     recs = list(run_lockstep(eps, ModelPolicy(gen), _prompt_cfg(), EpisodeLimits()))
     dt = time.perf_counter() - t
     calls = sum(r["planner_calls"] for r in recs)
-    rows.insert(0, {"bench": "evaluate", "case": "harness tiny model", "value": len(eps) / dt, "unit": "episodes/s (wall)",
-                    "ratio": None, "vs": "", "note": f"{calls / len(recs):.1f} planner calls/episode, {max_new_tokens} new tokens each"})
+    rows.insert(
+        0,
+        {
+            "bench": "evaluate",
+            "case": "harness tiny model",
+            "value": len(eps) / dt,
+            "unit": "episodes/s (wall)",
+            "ratio": None,
+            "vs": "",
+            "note": f"{calls / len(recs):.1f} planner calls/episode, {max_new_tokens} new tokens each",
+        },
+    )
     return rows
 
 
@@ -134,17 +161,28 @@ def _vllm_row(model: Path, eps: list[dict], max_new_tokens: int, hf_batch1: floa
         return None
     with tempfile.TemporaryDirectory() as tmp:
         req = Path(tmp) / "req.json"
-        req.write_text(json.dumps({"model": str(model), "prompts": _first_prompts(eps[:8]), "max_new_tokens": max_new_tokens}))
+        req.write_text(
+            json.dumps({"model": str(model), "prompts": _first_prompts(eps[:8]), "max_new_tokens": max_new_tokens})
+        )
         env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "VLLM_CPU_KVCACHE_SPACE": "1"}
-        proc = subprocess.run([str(py), __file__, "--vllm-worker", str(req)], capture_output=True, text=True, env=env, timeout=1200)
+        proc = subprocess.run(
+            [str(py), __file__, "--vllm-worker", str(req)], capture_output=True, text=True, env=env, timeout=1200
+        )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("VLLM ")]
     if proc.returncode != 0 or not lines:
         print(f"vllm: failed (rc {proc.returncode}): {proc.stderr[-2000:]}", file=sys.stderr)
         return None
     res = json.loads(lines[-1][5:])
     rate = res["tokens"] / res["seconds"]
-    return {"bench": "generate", "case": "generate vllm batch 8", "value": rate, "unit": "new tokens/s", "ratio": rate / hf_batch1,
-            "vs": "hf batch 1", "note": f"engine start {res['start_s']:.0f} s (not counted)"}
+    return {
+        "bench": "generate",
+        "case": "generate vllm batch 8",
+        "value": rate,
+        "unit": "new tokens/s",
+        "ratio": rate / hf_batch1,
+        "vs": "hf batch 1",
+        "note": f"engine start {res['start_s']:.0f} s (not counted)",
+    }
 
 
 def _vllm_worker(req_path: str) -> None:
@@ -153,8 +191,14 @@ def _vllm_worker(req_path: str) -> None:
 
     req = json.loads(Path(req_path).read_text())
     t = time.perf_counter()
-    cfg = GenerationConfig(backend="vllm", max_new_tokens=req["max_new_tokens"], dtype="float32", enforce_eager=True,
-                           max_model_len=2048, gpu_memory_utilization=0.5)
+    cfg = GenerationConfig(
+        backend="vllm",
+        max_new_tokens=req["max_new_tokens"],
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=2048,
+        gpu_memory_utilization=0.5,
+    )
     gen = make_generator(req["model"], cfg)
     start = time.perf_counter() - t
     gen.complete(req["prompts"][:1], max_new_tokens=2)  # warm-up
@@ -166,7 +210,9 @@ def _vllm_worker(req_path: str) -> None:
     gen.close()
 
 
-def run(episodes: int = 60, model_episodes: int = 16, max_new_tokens: int = 64, vllm: bool = False, threads: int = 1) -> list[dict]:
+def run(
+    episodes: int = 60, model_episodes: int = 16, max_new_tokens: int = 64, vllm: bool = False, threads: int = 1
+) -> list[dict]:
     import torch
 
     torch.set_num_threads(threads)

@@ -37,7 +37,7 @@ from embodied_rft.filtering import FilterConfig
 from embodied_rft.models import ModelConfig, build_base_model, load_model
 from embodied_rft.reward import score
 from embodied_rft.train.grpo.config import GRPOConfig
-from embodied_rft.train.grpo.engine import run_grpo_local
+from embodied_rft.train.grpo.driver import run_grpo_local
 from embodied_rft.world import GeneratorConfig, generate_episodes
 
 
@@ -56,7 +56,9 @@ def make_workload(work: Path, n_prompts: int, fit_steps: int, seed: int = 0) -> 
     model, tok = load_model(policy, for_training=True)
     rows = []
     for s in samples:
-        p = tok(tok.apply_chat_template(s["prompt"], add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"]
+        p = tok(
+            tok.apply_chat_template(s["prompt"], add_generation_prompt=True, tokenize=False), add_special_tokens=False
+        )["input_ids"]
         r = tok(_gold(s) + "<|im_end|>", add_special_tokens=False)["input_ids"]
         rows.append((p, r))
     width = max(len(p) + len(r) for p, r in rows)
@@ -76,15 +78,39 @@ def make_workload(work: Path, n_prompts: int, fit_steps: int, seed: int = 0) -> 
     return policy, data
 
 
-def bench_local(policy: Path, data: Path, work: Path, updates: int, prompts: int, g: int, max_new: int, lr: float,
-                sampler: str = "fast", update_forward: str = "shared_prompt") -> dict:
+def bench_local(
+    policy: Path,
+    data: Path,
+    work: Path,
+    updates: int,
+    prompts: int,
+    g: int,
+    max_new: int,
+    lr: float,
+    sampler: str = "fast",
+    update_forward: str = "shared_prompt",
+) -> dict:
     cfg = GRPOConfig(
-        sampler=sampler, update_forward=update_forward,
-        group_size=g, temperature=1.0, top_p=1.0, max_new_tokens=max_new, max_prompt_tokens=2048,
-        rollout_batch_size=prompts, lr=lr, lr_scheduler="constant_with_warmup", warmup_ratio=0.0,
+        sampler=sampler,
+        update_forward=update_forward,
+        group_size=g,
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=max_new,
+        max_prompt_tokens=2048,
+        rollout_batch_size=prompts,
+        lr=lr,
+        lr_scheduler="constant_with_warmup",
+        warmup_ratio=0.0,
         filter=FilterConfig(enabled=False, drop_zero_variance=False, buffer_size=prompts, updates_per_buffer=1),
-        train_batch_size=prompts * g, micro_batch_size=prompts * g, max_updates=updates, num_episodes=1000,
-        save_every=0, report_to=(), eval_max_samples=0, num_threads=1,
+        train_batch_size=prompts * g,
+        micro_batch_size=prompts * g,
+        max_updates=updates,
+        num_episodes=1000,
+        save_every=0,
+        report_to=(),
+        eval_max_samples=0,
+        num_threads=1,
     )
     m = run_grpo_local(cfg, policy, data, data, work / "out", work / "m.json", work / "p.json", work / "w")
     t = m["time_s"]
@@ -100,7 +126,9 @@ def bench_local(policy: Path, data: Path, work: Path, updates: int, prompts: int
     }
 
 
-def bench_trl(policy: Path, data: Path, work: Path, updates: int, prompts: int, g: int, max_new: int, lr: float) -> dict:
+def bench_trl(
+    policy: Path, data: Path, work: Path, updates: int, prompts: int, g: int, max_new: int, lr: float
+) -> dict:
     from datasets import Dataset
     from trl import GRPOConfig as TRLConfig
     from trl import GRPOTrainer
@@ -118,12 +146,33 @@ def bench_trl(policy: Path, data: Path, work: Path, updates: int, prompts: int, 
         return out
 
     args = TRLConfig(
-        output_dir=str(work / "trl"), num_generations=g, per_device_train_batch_size=prompts * g,
-        generation_batch_size=prompts * g, gradient_accumulation_steps=1, num_iterations=1, max_completion_length=max_new,
-        temperature=1.0, top_p=1.0, top_k=0, beta=0.0, epsilon=0.2, loss_type="dapo", scale_rewards="group",
-        learning_rate=lr, lr_scheduler_type="constant", adam_beta2=0.95, max_grad_norm=1.0,
-        max_steps=updates, use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1,
-        seed=0, disable_dropout=True, dataloader_num_workers=0,
+        output_dir=str(work / "trl"),
+        num_generations=g,
+        per_device_train_batch_size=prompts * g,
+        generation_batch_size=prompts * g,
+        gradient_accumulation_steps=1,
+        num_iterations=1,
+        max_completion_length=max_new,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        epsilon=0.2,
+        loss_type="dapo",
+        scale_rewards="group",
+        learning_rate=lr,
+        lr_scheduler_type="constant",
+        adam_beta2=0.95,
+        max_grad_norm=1.0,
+        max_steps=updates,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+        disable_dropout=True,
+        dataloader_num_workers=0,
     )
     model, tok = load_model(policy, for_training=True)
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=ds, processing_class=tok)
@@ -153,7 +202,14 @@ def bench_trl(policy: Path, data: Path, work: Path, updates: int, prompts: int, 
     }
 
 
-def run(updates: int = 3, prompts: int = 4, group_size: int = 4, max_new_tokens: int = 128, fit_steps: int = 0, lr: float = 1e-5) -> list[dict]:
+def run(
+    updates: int = 3,
+    prompts: int = 4,
+    group_size: int = 4,
+    max_new_tokens: int = 128,
+    fit_steps: int = 0,
+    lr: float = 1e-5,
+) -> list[dict]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -170,14 +226,22 @@ def run(updates: int = 3, prompts: int = 4, group_size: int = 4, max_new_tokens:
     old_rate = old["responses"] / old["seconds"]
     for r in (local, old, trl):
         rate = r["responses"] / r["seconds"]
-        rows.append({
-            "bench": "grpo", "case": f"{r['engine']} (G={group_size}, {prompts} prompts/update)", "value": rate,
-            "unit": "responses/s", "ratio": rate / (trl["responses"] / trl["seconds"]), "vs": "TRL GRPOTrainer",
-            "ratio_vs_hf_engine": rate / old_rate,
-            "generate": r["generate"], "reward": r["reward"], "update": r["update"],
-            "tokens_per_response": r["tokens"] / max(r["responses"], 1),
-            "tokens_per_s": r["tokens"] / r["seconds"],
-        })
+        rows.append(
+            {
+                "bench": "grpo",
+                "case": f"{r['engine']} (G={group_size}, {prompts} prompts/update)",
+                "value": rate,
+                "unit": "responses/s",
+                "ratio": rate / (trl["responses"] / trl["seconds"]),
+                "vs": "TRL GRPOTrainer",
+                "ratio_vs_hf_engine": rate / old_rate,
+                "generate": r["generate"],
+                "reward": r["reward"],
+                "update": r["update"],
+                "tokens_per_response": r["tokens"] / max(r["responses"], 1),
+                "tokens_per_s": r["tokens"] / r["seconds"],
+            }
+        )
     return rows
 
 
@@ -193,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("WANDB_MODE", "disabled")
     logging.basicConfig(level=logging.WARNING)
     rows = run(a.updates, a.prompts, a.group_size, a.max_new_tokens, a.fit_steps)
-    print(f"{'case':<34} {'responses/s':>11} {'ratio':>6} {'tok/s':>7} {'gen':>6} {'reward':>7} {'update':>7} {'tok/resp':>8}")
+    print(
+        f"{'case':<34} {'responses/s':>11} {'ratio':>6} {'tok/s':>7} {'gen':>6} {'reward':>7} {'update':>7} {'tok/resp':>8}"
+    )
     for r in rows:
         print(
             f"{r['case']:<34} {r['value']:>11.2f} {r['ratio']:>6.2f} {r['tokens_per_s']:>7.0f} {r['generate']:>6.1%} "

@@ -16,13 +16,38 @@ import sys
 import time
 
 from embodied_rft.data.response import format_response
-from embodied_rft.reward import format_label, score
+from embodied_rft.reward import score
+from embodied_rft.schema import format_label
 from embodied_rft.world.actions import global_actions
 
 FLOOR = 20_000.0  # responses/s on one core, typical ~300-token responses
 
-_WORDS = ("the", "object", "is", "on", "counter", "I", "need", "to", "find", "then", "pick", "it", "up",
-          "and", "place", "in", "cabinet", "after", "heating", "microwave", "visible", "left", "right", "near")
+_WORDS = (
+    "the",
+    "object",
+    "is",
+    "on",
+    "counter",
+    "I",
+    "need",
+    "to",
+    "find",
+    "then",
+    "pick",
+    "it",
+    "up",
+    "and",
+    "place",
+    "in",
+    "cabinet",
+    "after",
+    "heating",
+    "microwave",
+    "visible",
+    "left",
+    "right",
+    "near",
+)
 
 
 def _sentence(rng: random.Random, n: int) -> str:
@@ -70,8 +95,16 @@ def run(n: int = 2000, repeats: int = 5) -> list[dict]:
         chars = sum(len(r) for r, _ in pairs) / len(pairs)
         rate = _rate(pairs, variant, repeats)
         floor = FLOOR if (case, variant) == ("clean", "paper") else None
-        rows.append({"bench": "reward", "case": f"{case}/{variant}", "chars": round(chars), "per_s": rate,
-                     "floor": floor, "ratio": rate / floor if floor else None})
+        rows.append(
+            {
+                "bench": "reward",
+                "case": f"{case}/{variant}",
+                "chars": round(chars),
+                "per_s": rate,
+                "floor": floor,
+                "ratio": rate / floor if floor else None,
+            }
+        )
     return rows
 
 

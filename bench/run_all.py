@@ -41,29 +41,62 @@ def _world_rows(mod, episodes: int) -> list[dict]:
             sim.step(a)
     t_step = time.process_time() - t0
     return [
-        {"bench": "world", "case": "simulator step", "value": n_act / t_step, "unit": "actions/s",
-         "ratio": n_act / t_step / mod.FLOOR_ACTIONS_PER_S, "vs": "floor 20,000/s"},
-        {"bench": "world", "case": "episode generation", "value": episodes / t_gen, "unit": "episodes/s",
-         "ratio": None, "vs": ""},
+        {
+            "bench": "world",
+            "case": "simulator step",
+            "value": n_act / t_step,
+            "unit": "actions/s",
+            "ratio": n_act / t_step / mod.FLOOR_ACTIONS_PER_S,
+            "vs": "floor 20,000/s",
+        },
+        {
+            "bench": "world",
+            "case": "episode generation",
+            "value": episodes / t_gen,
+            "unit": "episodes/s",
+            "ratio": None,
+            "vs": "",
+        },
     ]
 
 
 def _sft_rows(mod) -> list[dict]:
     out = []
     for r in mod.run(["tiny"]):
-        out.append({"bench": "sft", "case": f"TRL SFTTrainer step ({r['model']}, batch {r['batch']})",
-                    "value": r["trl_tok_per_s"], "unit": "tokens/s", "ratio": r["ratio_wall"], "vs": "plain torch step",
-                    "ratio_cpu": r["ratio_cpu"], "same_tokens": r["same_tokens"]})
-        out.append({"bench": "sft", "case": f"plain torch step ({r['model']}, batch {r['batch']})",
-                    "value": r["plain_tok_per_s"], "unit": "tokens/s", "ratio": None, "vs": ""})
+        out.append(
+            {
+                "bench": "sft",
+                "case": f"TRL SFTTrainer step ({r['model']}, batch {r['batch']})",
+                "value": r["trl_tok_per_s"],
+                "unit": "tokens/s",
+                "ratio": r["ratio_wall"],
+                "vs": "plain torch step",
+                "ratio_cpu": r["ratio_cpu"],
+                "same_tokens": r["same_tokens"],
+            }
+        )
+        out.append(
+            {
+                "bench": "sft",
+                "case": f"plain torch step ({r['model']}, batch {r['batch']})",
+                "value": r["plain_tok_per_s"],
+                "unit": "tokens/s",
+                "ratio": None,
+                "vs": "",
+            }
+        )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a smoke run of every benchmark (under 5 minutes)")
-    ap.add_argument("--only", default=None, help="comma-separated benchmark names (world, reward, decompose, alfred, sft, "
-                    "sampler, grpo, eval); default: all")
+    ap.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated benchmark names (world, reward, decompose, alfred, sft, "
+        "sampler, grpo, eval); default: all",
+    )
     ap.add_argument("--json", default=None, help="also write all rows here (bench, case, value, unit, ratio, vs)")
     args = ap.parse_args(argv)
     q = args.quick
@@ -73,7 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         ("bench_decompose", lambda m: m.run(50 if q else 300)),
         ("bench_alfred", lambda m: m.run(limit=200 if q else None)),
         ("bench_sft", _sft_rows),
-        ("bench_sampler", lambda m: m.run(prompts=4 if q else 8, repeats=1 if q else 2, max_new_tokens=100 if q else 200)),
+        (
+            "bench_sampler",
+            lambda m: m.run(prompts=4 if q else 8, repeats=1 if q else 2, max_new_tokens=100 if q else 200),
+        ),
         ("bench_grpo", lambda m: m.run(updates=1 if q else 3)),
         ("bench_eval", lambda m: m.run(episodes=20 if q else 60, model_episodes=4 if q else 16)),
     ]
@@ -81,8 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         wanted = {f"bench_{n.strip()}" for n in args.only.split(",") if n.strip()}
         unknown = wanted - {name for name, _ in plan}
         if unknown:
-            ap.error(f"--only: unknown benchmark(s) {sorted(n[6:] for n in unknown)}; choose from "
-                     f"{[name[6:] for name, _ in plan]}")
+            ap.error(
+                f"--only: unknown benchmark(s) {sorted(n[6:] for n in unknown)}; choose from "
+                f"{[name[6:] for name, _ in plan]}"
+            )
         plan = [(name, call) for name, call in plan if name in wanted]
     rows: list[dict] = []
     for name, call in plan:
@@ -101,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         vs = r.get("vs") or (f"floor {r['floor']:,.0f}/s" if r.get("floor") else "")
         ratio = "" if r.get("ratio") is None else f"{r['ratio']:.2f}"
         val = "" if v is None else f"{v:,.1f}"
-        print(f"{r.get('bench', ''):<10} {str(r.get('case', ''))[:34]:<34} {val:>12} {str(r.get('unit', ''))[:20]:<20} {ratio:>7}  {vs}")
+        print(
+            f"{r.get('bench', ''):<10} {str(r.get('case', ''))[:34]:<34} {val:>12} {str(r.get('unit', ''))[:20]:<20} {ratio:>7}  {vs}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2, default=str))
     return 0

@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 from embodied_rft.config import build
-from embodied_rft.data.jsonl import iter_jsonl, write_json_atomic
+from embodied_rft.core.atomic import write_json_atomic
+from embodied_rft.data.jsonl import iter_jsonl
 from embodied_rft.models import ModelConfig, build_base_model
 from embodied_rft.models.factory import CARD
 from embodied_rft.pipeline import stage_context
@@ -29,8 +30,16 @@ def main(cfg) -> None:
     mcfg = build(ModelConfig, ctx.section("model"), "model")
     out = build_base_model(mcfg, corpus(Path(ctx.paths.distilled)), ctx.paths.base_model)
     card = json.loads((Path(out) / CARD).read_text())
-    write_json_atomic(ctx.paths.metrics("base"), {"name": mcfg.name, "kind": mcfg.kind, "source": card["source"],
-                                                  "parameters": card["parameters"], "vision": card["vision"]})
+    write_json_atomic(
+        ctx.paths.metrics("base"),
+        {
+            "name": mcfg.name,
+            "kind": mcfg.kind,
+            "source": card["source"],
+            "parameters": card["parameters"],
+            "vision": card["vision"],
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -3,11 +3,11 @@
 from pathlib import Path
 
 from embodied_rft.config import build
-from embodied_rft.data.episodes import read_episodes
 from embodied_rft.pipeline import stage_context
 from embodied_rft.teacher.cache import ResponseCache
 from embodied_rft.teacher.config import TeacherConfig
 from embodied_rft.teacher.distill import run_distill
+from embodied_rft.world.episode import read_episodes
 from stages._hydra import stage_main
 
 

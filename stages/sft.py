@@ -4,8 +4,8 @@ from pathlib import Path
 
 from embodied_rft.config import build
 from embodied_rft.pipeline import stage_context
-from embodied_rft.train.sft.trainer import run_sft
 from embodied_rft.train.sft.config import SFTConfig
+from embodied_rft.train.sft.trainer import run_sft
 from stages._hydra import stage_main
 
 

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# before any test module imports them: failed asserts in tests.helpers show their values too
+pytest.register_assert_rewrite("tests.helpers")
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")

@@ -99,7 +99,9 @@ def test_params_check_cli_exit_codes(tmp_path, repo_root):
     bad.write_text("seed: 12345\n")
     r = subprocess.run(
         [sys.executable, "-m", "embodied_rft.params", "--check", "--out", str(bad), "--conf", str(repo_root / "conf")],
-        capture_output=True, text=True, cwd=repo_root,
+        capture_output=True,
+        text=True,
+        cwd=repo_root,
     )
     assert r.returncode == 1 and "params.yaml is stale" in r.stderr and "make params" in r.stderr
 

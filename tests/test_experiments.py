@@ -43,14 +43,26 @@ def test_paper_preset_has_the_papers_grpo_settings(paper):
 
 
 def test_bad_override_fails_at_make_params_naming_the_key(repo_root, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "embodied_rft.params", "grpo.group_size=one", "--out", str(tmp_path / "p.yaml")],
-                       capture_output=True, text=True, cwd=repo_root)
+    r = subprocess.run(
+        [sys.executable, "-m", "embodied_rft.params", "grpo.group_size=one", "--out", str(tmp_path / "p.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=repo_root,
+    )
     assert r.returncode == 2 and "grpo.group_size: expected an integer, got str 'one'" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "embodied_rft.params", "+sft.max_step=1", "--out", str(tmp_path / "p.yaml")],
-                       capture_output=True, text=True, cwd=repo_root)
+    r = subprocess.run(
+        [sys.executable, "-m", "embodied_rft.params", "+sft.max_step=1", "--out", str(tmp_path / "p.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=repo_root,
+    )
     assert r.returncode == 2 and "sft.max_step: unknown key; did you mean 'max_steps'?" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "embodied_rft.params", "data.generator.n_train=-5", "--out", str(tmp_path / "p.yaml")],
-                       capture_output=True, text=True, cwd=repo_root)
+    r = subprocess.run(
+        [sys.executable, "-m", "embodied_rft.params", "data.generator.n_train=-5", "--out", str(tmp_path / "p.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=repo_root,
+    )
     assert r.returncode == 2 and "data.generator.n_train: must be >= 0" in r.stderr
     assert not (tmp_path / "p.yaml").exists()
 
@@ -61,14 +73,17 @@ def test_the_makefiles_dvc_experiments_set_real_keys_to_valid_values(repo_root):
     import re
 
     text = (repo_root / "Makefile").read_text("utf-8")
-    long_ = re.search(r"^GRPO_LONG := (.+)$", text, re.M).group(1)
-    overrides = re.findall(r"-S (\S+)", long_)
-    assert overrides == ["grpo.max_updates=480"]
+    overrides = re.findall(r"^grpo-long:.*\n\t\$\(DVC\) exp run -S (\S+)$", text, re.M)
+    assert overrides == ["experiment=tiny_long"]
     g = section_configs(compose(repo_root / "conf", overrides))["grpo"]
     default = section_configs(compose(repo_root / "conf"))["grpo"]
-    assert (g.max_updates, default.max_updates) == (480, 240)
+    assert g.max_updates == 2 * default.max_updates
     # twice the default's updates, the rest of its recipe unchanged
-    assert (g.lr, g.filter.updates_per_buffer, g.group_size) == (default.lr, default.filter.updates_per_buffer, default.group_size)
+    assert (g.lr, g.filter.updates_per_buffer, g.group_size) == (
+        default.lr,
+        default.filter.updates_per_buffer,
+        default.group_size,
+    )
     abl = re.findall(r"exp run -S (\S+)", text)
     assert "grpo.init=base" in abl
     assert section_configs(compose(repo_root / "conf", ["grpo.init=base"]))["grpo"].init == "base"

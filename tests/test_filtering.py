@@ -22,8 +22,18 @@ from embodied_rft.filtering import (
 
 @pytest.mark.parametrize(
     "c_x,lower,upper,kept",
-    [(0, 1, 7, False), (1, 1, 7, True), (4, 1, 7, True), (7, 1, 7, True), (8, 1, 7, False),
-     (0, 0, 0, True), (1, 0, 0, False), (3, 3, 3, True), (2, 3, 3, False), (8, 0, 8, True)],
+    [
+        (0, 1, 7, False),
+        (1, 1, 7, True),
+        (4, 1, 7, True),
+        (7, 1, 7, True),
+        (8, 1, 7, False),
+        (0, 0, 0, True),
+        (1, 0, 0, False),
+        (3, 3, 3, True),
+        (2, 3, 3, False),
+        (8, 0, 8, True),
+    ],
 )
 def test_accept_is_inclusive(c_x, lower, upper, kept):
     assert accept(c_x, lower, upper) is kept
@@ -53,7 +63,12 @@ def test_openrlhf_range_keeps_exactly_the_same_groups(eps):
             for c in range(g + 1):
                 scores = [1.0] * c + [0.0] * (g - c)
                 rng.shuffle(scores)
-                assert openrlhf_keep([_f32(s) for s in scores], lo, hi, eps) == accept(c, lower, upper), (g, lower, upper, c)
+                assert openrlhf_keep([_f32(s) for s in scores], lo, hi, eps) == accept(c, lower, upper), (
+                    g,
+                    lower,
+                    upper,
+                    c,
+                )
                 checked += 1
     assert checked == sum((g + 1) * (g + 1) * (g + 2) // 2 for g in range(1, 17))
 
@@ -101,7 +116,14 @@ def test_buffer_collects_n_b_groups_then_hands_them_out_for_k_2_updates():
     assert decisions == [False, True, False, True, True, True, True]
     assert len(buf) == 2
     s = buf.stats
-    assert (s.seen, s.accepted, s.rejected_all_wrong, s.rejected_all_right, s.rejected_other, s.batches) == (7, 5, 1, 1, 0, 1)
+    assert (s.seen, s.accepted, s.rejected_all_wrong, s.rejected_all_right, s.rejected_other, s.batches) == (
+        7,
+        5,
+        1,
+        1,
+        0,
+        1,
+    )
     assert s.as_dict()["pass_rate"] == pytest.approx(5 / 7)
     with pytest.raises(RuntimeError, match="2/3 groups"):
         buf.take()

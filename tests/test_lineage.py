@@ -11,10 +11,20 @@ from embodied_rft.pipeline import lineage
 
 def _lock(tmp_path: Path) -> Path:
     lock = tmp_path / "dvc.lock"
-    lock.write_text(yaml.safe_dump({"schema": "2.0", "stages": {
-        "sft": {"params": {"params.yaml": {"sft": {"lr": 0.002}}}, "outs": [{"path": "models/sft", "md5": "abc.dir"}]},
-        "grpo": {"outs": [{"path": "models/grpo", "md5": "def.dir"}]},
-    }}))
+    lock.write_text(
+        yaml.safe_dump(
+            {
+                "schema": "2.0",
+                "stages": {
+                    "sft": {
+                        "params": {"params.yaml": {"sft": {"lr": 0.002}}},
+                        "outs": [{"path": "models/sft", "md5": "abc.dir"}],
+                    },
+                    "grpo": {"outs": [{"path": "models/grpo", "md5": "def.dir"}]},
+                },
+            }
+        )
+    )
     return lock
 
 

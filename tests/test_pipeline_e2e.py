@@ -19,7 +19,6 @@ import pytest
 MICRO = ["experiment=micro"]
 
 
-
 def _run(cmd: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
     r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
@@ -39,8 +38,13 @@ def test_micro_pipeline_runs_end_to_end_and_is_cached(tmp_path, repo_root):
             shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         else:
             shutil.copy2(src, dst)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(clone / "src")}
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "WANDB_MODE": "disabled",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(clone / "src"),
+    }
     _run([sys.executable, "-m", "embodied_rft.params", *MICRO], clone, env)
     r = _run([sys.executable, "-m", "dvc", "repro"], clone, env)
     for stage in ("prepare", "decompose", "distill", "base", "sft", "grpo", "evaluate"):
@@ -57,5 +61,9 @@ def test_micro_pipeline_runs_end_to_end_and_is_cached(tmp_path, repo_root):
     # DVC's Hydra composition: -S recomposes params.yaml from conf/ and the change reaches only the stages below it
     _run(["git", "add", "-A"], clone, env)
     _run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "micro"], clone, env)
-    r = _run([sys.executable, "-m", "dvc", "exp", "run", "-S", "experiment=micro", "-S", "evaluate.max_episodes=1"], clone, env)
+    r = _run(
+        [sys.executable, "-m", "dvc", "exp", "run", "-S", "experiment=micro", "-S", "evaluate.max_episodes=1"],
+        clone,
+        env,
+    )
     assert "Running stage 'evaluate'" in r.stdout and "Running stage 'sft'" not in r.stdout

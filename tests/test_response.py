@@ -22,7 +22,10 @@ OBJ = {
     "visual_state_description": "A mug sits on the counter.",
     "reasoning_and_reflection": "Find the mug, then cool it.",
     "language_plan": "1. find a Mug\n2. pick up the Mug",
-    "executable_plan": [{"action_id": 14, "action_name": "find a Mug"}, {"action_id": 97, "action_name": "pick up the Mug"}],
+    "executable_plan": [
+        {"action_id": 14, "action_name": "find a Mug"},
+        {"action_id": 97, "action_name": "pick up the Mug"},
+    ],
 }
 TEXT = json.dumps(OBJ)
 
@@ -44,8 +47,11 @@ CASES = [
     ("trailing commas", '{"a": [1, 2, ], "b": {"c": 3,},}', {"a": [1, 2], "b": {"c": 3}}),
     ("python literals", "{'a': True, 'b': False, 'c': None}", {"a": True, "b": False, "c": None}),
     ("double quote inside single", """{'a': 'say "hi"', 'b': 'it\\'s'}""", {"a": 'say "hi"', "b": "it's"}),
-    ("raw newline in string", '{"language_plan": "1. find a Mug\n2. pick up the Mug"}',
-     {"language_plan": "1. find a Mug\n2. pick up the Mug"}),
+    (
+        "raw newline in string",
+        '{"language_plan": "1. find a Mug\n2. pick up the Mug"}',
+        {"language_plan": "1. find a Mug\n2. pick up the Mug"},
+    ),
     ("unicode", '{"a": "Küche ☕", "b": "\\u00e9"}', {"a": "Küche ☕", "b": "é"}),
     ("keyless object only", '{"x": 1}', {"x": 1}),
     ("nan and infinity", '{"a": NaN, "b": -Infinity}', None),  # checked separately (NaN != NaN)

@@ -14,17 +14,27 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _metrics(d: Path) -> Path:
     pair = {"episodes": 100, "both": 30, "only_a": 4, "only_b": 17, "neither": 49, "gap": 13.0, "p_mcnemar": 0.0072}
-    table = {"sft": {"avg": 34.0, "base": 40.0, "long": 5.0}, "grpo": {"avg": 47.0, "base": 55.0, "long": 9.0},
-             "expert": {"avg": 100.0, "base": 100.0, "long": 100.0}}
+    table = {
+        "sft": {"avg": 34.0, "base": 40.0, "long": 5.0},
+        "grpo": {"avg": 47.0, "base": 55.0, "long": 9.0},
+        "expert": {"avg": 100.0, "base": 100.0, "long": 100.0},
+    }
     files = {
-        "eval": {"table": table, "episodes": {"per_split": {"valid_unseen": 100}},
-                 "paired": {"sft->grpo": pair}},
-        "grpo": {"updates": 240, "config": {"group_size": 8, "lr": 1e-4, "filter": {"updates_per_buffer": 2}},
-                 "filter": {"pass_rate": 0.42}, "throughput": {"generated_tokens_per_s": 5914.2},
-                 "heldout": {"before": {"n": 300, "reward": 0.9, "accuracy_full": 0.3},
-                             "after": {"n": 300, "reward": 0.95, "accuracy_full": 0.36},
-                             "paired": {"reward": {"ci95": [0.01, 0.09]},
-                                        "accuracy_full": {"only_a": 18, "only_b": 37, "p_mcnemar": 0.0145}}}},
+        "eval": {"table": table, "episodes": {"per_split": {"valid_unseen": 100}}, "paired": {"sft->grpo": pair}},
+        "grpo": {
+            "updates": 240,
+            "config": {"group_size": 8, "lr": 1e-4, "filter": {"updates_per_buffer": 2}},
+            "filter": {"pass_rate": 0.42},
+            "throughput": {"generated_tokens_per_s": 5914.2},
+            "heldout": {
+                "before": {"samples": 300, "reward_mean": 0.9, "exact_plan_rate": 0.3},
+                "after": {"samples": 300, "reward_mean": 0.95, "exact_plan_rate": 0.36},
+                "paired": {
+                    "reward": {"ci95": [0.01, 0.09]},
+                    "accuracy_full": {"only_a": 18, "only_b": 37, "p_mcnemar": 0.0145},
+                },
+            },
+        },
         "sft": {"steps": 700, "first_loss": 7.67, "final_loss": 0.18, "tokens_per_s": 4234.0},
         "distill": {"model": "scripted-oracle(seed=0)", "validate": "none", "accepted": 8605, "kept_gold_rate": 0.7116},
     }

@@ -14,21 +14,19 @@ from hypothesis import strategies as st
 from embodied_rft import reward
 from embodied_rft.config import ConfigError, build
 from embodied_rft.data.response import format_response
-from embodied_rft.reward import (
-    REWARDS,
-    RewardBreakdown,
-    RewardConfig,
-    format_label,
-    parse_label,
-    score,
-    score_batch,
-)
+from embodied_rft.reward import REWARDS, RewardBreakdown, RewardConfig, parse_label, score, score_batch
+from embodied_rft.schema import format_label
 from embodied_rft.tools.reward_replay import main as replay_main
 from embodied_rft.world.actions import ActionSpace, global_actions
 
 # A cool-the-mug task, k = 5 remaining actions; the scene has a second cabinet (ids 162-164).
-GOLD5 = [(14, "find a Mug"), (97, "pick up the Mug"), (78, "find a Fridge"), (139, "open the Fridge"),
-         (133, "put down the object in hand")]
+GOLD5 = [
+    (14, "find a Mug"),
+    (97, "pick up the Mug"),
+    (78, "find a Fridge"),
+    (139, "open the Fridge"),
+    (133, "put down the object in hand"),
+]
 EXTRAS = ["find a Cabinet_2", "open the Cabinet_2", "close the Cabinet_2"]
 LABEL5 = (
     '{"gold": [[14, "find a Mug"], [97, "pick up the Mug"], [78, "find a Fridge"], [139, "open the Fridge"],'
@@ -59,52 +57,126 @@ ZERO = (0, 0, 0, 0, 0, 0)
 
 # (case, response, label, paper (structure, valid, match, accuracy, total, accuracy_full), rr_code (same))
 TABLE = [
-    ("perfect", PERFECT, LABEL5, (1/8, 1/8, 1/4, 1, 1.5, 1), (1/8, 1/8, 1/4, 1, 1.5, 1)),
+    ("perfect", PERFECT, LABEL5, (1 / 8, 1 / 8, 1 / 4, 1, 1.5, 1), (1 / 8, 1 / 8, 1 / 4, 1, 1.5, 1)),
     # The paper's worked example: k = 5, the first n = 3 match -> 3*4 / (5*6) = 12/30 = 0.4.
-    ("worked example k=5 n=3", resp(MUG, PICK, FRIDGE, CLOSE, PUT), LABEL5,
-     (1/8, 1/8, 1/4, 0.4, 0.9, 0), (1/8, 1/8, 1/4, 0.4, 0.9, 0)),
-    ("structure: language_plan missing",
-     '{"visual_state_description": "x", "reasoning_and_reflection": "y", "executable_plan": ['
-     + ", ".join([MUG, PICK, FRIDGE, OPEN, PUT]) + "]}", LABEL5,
-     (0, 1/8, 1/4, 1, 1.375, 1), (0, 1/8, 1/4, 1, 1.375, 1)),
+    (
+        "worked example k=5 n=3",
+        resp(MUG, PICK, FRIDGE, CLOSE, PUT),
+        LABEL5,
+        (1 / 8, 1 / 8, 1 / 4, 0.4, 0.9, 0),
+        (1 / 8, 1 / 8, 1 / 4, 0.4, 0.9, 0),
+    ),
+    (
+        "structure: language_plan missing",
+        '{"visual_state_description": "x", "reasoning_and_reflection": "y", "executable_plan": ['
+        + ", ".join([MUG, PICK, FRIDGE, OPEN, PUT])
+        + "]}",
+        LABEL5,
+        (0, 1 / 8, 1 / 4, 1, 1.375, 1),
+        (0, 1 / 8, 1 / 4, 1, 1.375, 1),
+    ),
     # "14" (string), 78.0 (float) and true (bool) are not JSON integers; the RR code counts true as int
     # (Python's isinstance) and compares names only, so its prefix runs through all four steps.
-    ("invalid step types",
-     resp('{"action_id": "14", "action_name": "find a Mug"}', PICK, '{"action_id": 78.0, "action_name": "find a Fridge"}',
-          '{"action_id": true, "action_name": "open the Fridge"}'), LABEL5,
-     (1/8, 1/32, 1/16, 0, 7/32, 0), (1/8, 1/16, 1/16, 2/3, 1/8 + 1/8 + 2/3, 0)),
-    ("wrong id for the name", resp(MUG, '{"action_id": 98, "action_name": "pick up the Mug"}', FRIDGE, OPEN, PUT), LABEL5,
-     (1/8, 1/8, 1/5, 1/15, 1/4 + 1/5 + 1/15, 0), (1/8, 1/8, 1/5, 1, 1.45, 1)),
-    ("wrong name for the id", resp(MUG, '{"action_id": 97, "action_name": "pick up the Apple"}', FRIDGE, OPEN, PUT), LABEL5,
-     (1/8, 1/8, 1/5, 1/15, 1/4 + 1/5 + 1/15, 0), (1/8, 1/8, 1/5, 1/15, 1/4 + 1/5 + 1/15, 0)),
-    ("lower-cased names", resp('{"action_id": 14, "action_name": "find a mug"}',
-                               '{"action_id": 97, "action_name": "pick up the mug"}', FRIDGE, OPEN, PUT), LABEL5,
-     (1/8, 1/8, 3/20, 0, 0.4, 0), (1/8, 1/8, 1/4, 1, 1.5, 1)),
-    ("code-fenced", "```json\n" + PERFECT + "\n```", LABEL5, (1/8, 1/8, 1/4, 1, 1.5, 1), ZERO),
-    ("trailing text", PERFECT + "\nThat is my plan.", LABEL5, (1/8, 1/8, 1/4, 1, 1.5, 1), ZERO),
-    ("single quotes", PERFECT.replace('"', "'"), LABEL5, (1/8, 1/8, 1/4, 1, 1.5, 1), ZERO),
-    ("empty plan", resp(), LABEL5, (1/8, 0, 0, 0, 1/8, 0), (1/8, 0, 0, 0, 1/8, 0)),
+    (
+        "invalid step types",
+        resp(
+            '{"action_id": "14", "action_name": "find a Mug"}',
+            PICK,
+            '{"action_id": 78.0, "action_name": "find a Fridge"}',
+            '{"action_id": true, "action_name": "open the Fridge"}',
+        ),
+        LABEL5,
+        (1 / 8, 1 / 32, 1 / 16, 0, 7 / 32, 0),
+        (1 / 8, 1 / 16, 1 / 16, 2 / 3, 1 / 8 + 1 / 8 + 2 / 3, 0),
+    ),
+    (
+        "wrong id for the name",
+        resp(MUG, '{"action_id": 98, "action_name": "pick up the Mug"}', FRIDGE, OPEN, PUT),
+        LABEL5,
+        (1 / 8, 1 / 8, 1 / 5, 1 / 15, 1 / 4 + 1 / 5 + 1 / 15, 0),
+        (1 / 8, 1 / 8, 1 / 5, 1, 1.45, 1),
+    ),
+    (
+        "wrong name for the id",
+        resp(MUG, '{"action_id": 97, "action_name": "pick up the Apple"}', FRIDGE, OPEN, PUT),
+        LABEL5,
+        (1 / 8, 1 / 8, 1 / 5, 1 / 15, 1 / 4 + 1 / 5 + 1 / 15, 0),
+        (1 / 8, 1 / 8, 1 / 5, 1 / 15, 1 / 4 + 1 / 5 + 1 / 15, 0),
+    ),
+    (
+        "lower-cased names",
+        resp(
+            '{"action_id": 14, "action_name": "find a mug"}',
+            '{"action_id": 97, "action_name": "pick up the mug"}',
+            FRIDGE,
+            OPEN,
+            PUT,
+        ),
+        LABEL5,
+        (1 / 8, 1 / 8, 3 / 20, 0, 0.4, 0),
+        (1 / 8, 1 / 8, 1 / 4, 1, 1.5, 1),
+    ),
+    ("code-fenced", "```json\n" + PERFECT + "\n```", LABEL5, (1 / 8, 1 / 8, 1 / 4, 1, 1.5, 1), ZERO),
+    ("trailing text", PERFECT + "\nThat is my plan.", LABEL5, (1 / 8, 1 / 8, 1 / 4, 1, 1.5, 1), ZERO),
+    ("single quotes", PERFECT.replace('"', "'"), LABEL5, (1 / 8, 1 / 8, 1 / 4, 1, 1.5, 1), ZERO),
+    ("empty plan", resp(), LABEL5, (1 / 8, 0, 0, 0, 1 / 8, 0), (1 / 8, 0, 0, 0, 1 / 8, 0)),
     # Steps beyond k are free for accuracy but count in the R_valid/R_match denominators.
-    ("extra steps after the gold plan",
-     resp(MUG, PICK, FRIDGE, OPEN, PUT, CAB2, '{"action_id": 7, "action_name": "nonsense"}'), LABEL5,
-     (1/8, 1/8, 6/28, 1, 1.25 + 6/28, 1), (1/8, 1/8, 6/28, 1, 1.25 + 6/28, 1)),
-    ("scene extra action in the map", resp(CAB2), LABEL5, (1/8, 1/8, 1/4, 0, 1/2, 0), (1/8, 1/8, 1/4, 0, 1/2, 0)),
-    ("non-object step", resp(MUG, '"pick up the Mug"', FRIDGE), LABEL5,
-     (1/8, 1/12, 1/6, 1/15, 1/8 + 1/12 + 1/6 + 1/15, 0), ZERO),
-    ("null action_name", resp(MUG, '{"action_id": 97, "action_name": null}'), LABEL5,
-     (1/8, 1/16, 1/8, 1/15, 1/8 + 1/16 + 1/8 + 1/15, 0), ZERO),
-    ("plan is null", HEAD + "null}", LABEL5, (1/8, 0, 0, 0, 1/8, 0), ZERO),
-    ("plan is an object", HEAD + MUG + "}", LABEL5, (1/8, 0, 0, 0, 1/8, 0), ZERO),
+    (
+        "extra steps after the gold plan",
+        resp(MUG, PICK, FRIDGE, OPEN, PUT, CAB2, '{"action_id": 7, "action_name": "nonsense"}'),
+        LABEL5,
+        (1 / 8, 1 / 8, 6 / 28, 1, 1.25 + 6 / 28, 1),
+        (1 / 8, 1 / 8, 6 / 28, 1, 1.25 + 6 / 28, 1),
+    ),
+    (
+        "scene extra action in the map",
+        resp(CAB2),
+        LABEL5,
+        (1 / 8, 1 / 8, 1 / 4, 0, 1 / 2, 0),
+        (1 / 8, 1 / 8, 1 / 4, 0, 1 / 2, 0),
+    ),
+    (
+        "non-object step",
+        resp(MUG, '"pick up the Mug"', FRIDGE),
+        LABEL5,
+        (1 / 8, 1 / 12, 1 / 6, 1 / 15, 1 / 8 + 1 / 12 + 1 / 6 + 1 / 15, 0),
+        ZERO,
+    ),
+    (
+        "null action_name",
+        resp(MUG, '{"action_id": 97, "action_name": null}'),
+        LABEL5,
+        (1 / 8, 1 / 16, 1 / 8, 1 / 15, 1 / 8 + 1 / 16 + 1 / 8 + 1 / 15, 0),
+        ZERO,
+    ),
+    ("plan is null", HEAD + "null}", LABEL5, (1 / 8, 0, 0, 0, 1 / 8, 0), ZERO),
+    ("plan is an object", HEAD + MUG + "}", LABEL5, (1 / 8, 0, 0, 0, 1 / 8, 0), ZERO),
     ("not JSON", "I will find the mug first.", LABEL5, ZERO, ZERO),
     ("a JSON list", "[" + MUG + "]", LABEL5, ZERO, ZERO),
     ("empty response", "", LABEL5, ZERO, ZERO),
     # The RR code's k == 1 quirk: more than one predicted step costs 0.25 of accuracy.
-    ("k=1 exact", resp(PUT), LABEL1, (1/8, 1/8, 1/4, 1, 1.5, 1), (1/8, 1/8, 1/4, 1, 1.5, 1)),
-    ("k=1 right plus an extra step", resp(PUT, CABINET), LABEL1, (1/8, 1/8, 1/4, 1, 1.5, 1), (1/8, 1/8, 1/4, 0.75, 1.25, 0)),
-    ("k=1 wrong plus an extra step", resp(CABINET, PUT), LABEL1, (1/8, 1/8, 1/4, 0, 0.5, 0), (1/8, 1/8, 1/4, -0.25, 0.25, 0)),
-    ("k=1 penalty clamped at 0",
-     '{"executable_plan": [{"action_id": "x", "action_name": "a"}, {"action_id": "y", "action_name": "b"}]}', LABEL1,
-     (0, 0, 0, 0, 0, 0), (0, 0, 0, -0.25, 0, 0)),
+    ("k=1 exact", resp(PUT), LABEL1, (1 / 8, 1 / 8, 1 / 4, 1, 1.5, 1), (1 / 8, 1 / 8, 1 / 4, 1, 1.5, 1)),
+    (
+        "k=1 right plus an extra step",
+        resp(PUT, CABINET),
+        LABEL1,
+        (1 / 8, 1 / 8, 1 / 4, 1, 1.5, 1),
+        (1 / 8, 1 / 8, 1 / 4, 0.75, 1.25, 0),
+    ),
+    (
+        "k=1 wrong plus an extra step",
+        resp(CABINET, PUT),
+        LABEL1,
+        (1 / 8, 1 / 8, 1 / 4, 0, 0.5, 0),
+        (1 / 8, 1 / 8, 1 / 4, -0.25, 0.25, 0),
+    ),
+    (
+        "k=1 penalty clamped at 0",
+        '{"executable_plan": [{"action_id": "x", "action_name": "a"}, {"action_id": "y", "action_name": "b"}]}',
+        LABEL1,
+        (0, 0, 0, 0, 0, 0),
+        (0, 0, 0, -0.25, 0, 0),
+    ),
 ]
 FIELDS = ("structure", "valid", "match", "accuracy", "total", "accuracy_full")
 
@@ -169,9 +241,19 @@ def test_format_label_round_trips():
 
 @pytest.mark.parametrize(
     "label,k",
-    [(None, 0), ("", 0), ("not a label", 0), ({"gold": "x"}, 0), ({"no_gold": []}, 0), (42, 0), ([], 0),
-     ({"gold": [[1, 2], [True, "x"], [1.0, "y"], None]}, 4), ({"gold": GOLD5, "extra_actions": ["find a Mug"]}, 5),
-     (b"\xff\xfe", 0), ("[" * 10000, 0)],
+    [
+        (None, 0),
+        ("", 0),
+        ("not a label", 0),
+        ({"gold": "x"}, 0),
+        ({"no_gold": []}, 0),
+        (42, 0),
+        ([], 0),
+        ({"gold": [[1, 2], [True, "x"], [1.0, "y"], None]}, 4),
+        ({"gold": GOLD5, "extra_actions": ["find a Mug"]}, 5),
+        (b"\xff\xfe", 0),
+        ("[" * 10000, 0),
+    ],
 )
 def test_malformed_labels_never_raise(label, k):
     b = score(PERFECT, label)
@@ -191,11 +273,22 @@ def test_bad_label_warnings_are_rate_limited(caplog):
 
 @pytest.mark.parametrize(
     "response",
-    [None, 0, 1.5, float("nan"), b"\x80\x81", bytearray(PERFECT.encode()), ["x"], {"executable_plan": "x"},
-     PERFECT * 200, "{" * 100000, '{"executable_plan": [' + '{"action_id": NaN, "action_name": "x"},' * 50 + "1]}",
-     '{"executable_plan": [{"action_id": Infinity, "action_name": 5}, {"action_id": 1e400, "action_name": []}]}',
-     '{"executable_plan": [{"action_id": ' + "9" * 5000 + ', "action_name": "x"}]}',
-     '{"executable_plan": [{"action_id": -1, "action_name": "find a Mug"}, {"action_id": 99999, "action_name": "x"}]}'],
+    [
+        None,
+        0,
+        1.5,
+        float("nan"),
+        b"\x80\x81",
+        bytearray(PERFECT.encode()),
+        ["x"],
+        {"executable_plan": "x"},
+        PERFECT * 200,
+        "{" * 100000,
+        '{"executable_plan": [' + '{"action_id": NaN, "action_name": "x"},' * 50 + "1]}",
+        '{"executable_plan": [{"action_id": Infinity, "action_name": 5}, {"action_id": 1e400, "action_name": []}]}',
+        '{"executable_plan": [{"action_id": ' + "9" * 5000 + ', "action_name": "x"}]}',
+        '{"executable_plan": [{"action_id": -1, "action_name": "find a Mug"}, {"action_id": 99999, "action_name": "x"}]}',
+    ],
 )
 @pytest.mark.parametrize("variant", ["paper", "rr_code"])
 def test_odd_responses_never_raise(response, variant):
@@ -262,11 +355,15 @@ def test_accuracy_increases_with_the_matched_prefix(gold, variant):
 
 json_leaf = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
 json_any = st.recursive(
-    json_leaf, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4), max_leaves=15
+    json_leaf,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=15,
 )
 step_st = st.one_of(
     json_any,
-    st.fixed_dictionaries({"action_id": json_any | st.integers(-5, 200), "action_name": json_any | st.sampled_from(ACTIONS)}),
+    st.fixed_dictionaries(
+        {"action_id": json_any | st.integers(-5, 200), "action_name": json_any | st.sampled_from(ACTIONS)}
+    ),
 )
 response_obj_st = st.dictionaries(
     st.sampled_from(["visual_state_description", "reasoning_and_reflection", "language_plan", "executable_plan", "x"]),
@@ -279,7 +376,9 @@ response_st = st.one_of(
     response_obj_st,
     st.builds(
         lambda o, pre, post: pre + json.dumps(o).replace('"', "'") + post,
-        response_obj_st, st.text(max_size=20), st.text(max_size=20),
+        response_obj_st,
+        st.text(max_size=20),
+        st.text(max_size=20),
     ),
     json_any,
 )
@@ -365,7 +464,11 @@ def test_replay_json_keys_and_variant(tmp_path, capsys):
 def test_replay_runs_as_a_module(tmp_path):
     path = tmp_path / "log.jsonl"
     path.write_text(json.dumps({"response": PERFECT, "label": LABEL5}) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "embodied_rft.tools.reward_replay", str(path), "--summary"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "embodied_rft.tools.reward_replay", str(path), "--summary"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1].split()[:6] == ["mean", "0.1250", "0.1250", "0.2500", "1.0000", "1.5000"]

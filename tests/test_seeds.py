@@ -14,7 +14,9 @@ from embodied_rft.tools import seeds
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _eval(root: Path, rates: dict[str, float], subset_rates: dict[str, float] | None = None, name: str = "metrics") -> None:
+def _eval(
+    root: Path, rates: dict[str, float], subset_rates: dict[str, float] | None = None, name: str = "metrics"
+) -> None:
     models = {}
     for model, rate in rates.items():
         per = {k: {"success_rate": v} for k, v in (subset_rates or {"base": rate}).items()}
@@ -30,7 +32,16 @@ def test_summary_is_mean_and_sample_sd_with_ordering_checks(tmp_path: Path) -> N
         runs[s] = tmp_path / f"seed-{s}"
         _eval(runs[s], {"base": b, "sft": f, "grpo": g})
         _eval(runs[s] / "ablation_no_sft", {"grpo": 0.0})
-        (runs[s] / "metrics" / "grpo.json").write_text(json.dumps({"heldout": {"before": {"reward": 0.5, "accuracy_full": 0.2}, "after": {"reward": 0.6 + s / 10, "accuracy_full": 0.3}}}))
+        (runs[s] / "metrics" / "grpo.json").write_text(
+            json.dumps(
+                {
+                    "heldout": {
+                        "before": {"reward_mean": 0.5, "exact_plan_rate": 0.2},
+                        "after": {"reward_mean": 0.6 + s / 10, "exact_plan_rate": 0.3},
+                    }
+                }
+            )
+        )
     out = seeds.summarise(runs, ablation=True)
     sft = out["success"]["SFT"]["overall"]
     assert sft["values"] == [30.0, 20.0, 25.0] and sft["mean"] == pytest.approx(25.0)
@@ -42,9 +53,14 @@ def test_summary_is_mean_and_sample_sd_with_ordering_checks(tmp_path: Path) -> N
     sft_grpo = out["ordering"]["SFT < SFT+GRPO"]
     assert sft_grpo["gap"] == pytest.approx(15.0) and sft_grpo["every_seed"]
     assert sft_grpo["beyond_spread"] == (15.0 > sft["sd"] + out["success"]["SFT+GRPO"]["overall"]["sd"])
-    assert out["grpo_heldout"]["grpo heldout reward after"]["values"] == pytest.approx([0.6, 0.7, 0.8])
+    assert out["grpo_heldout"]["grpo heldout reward_mean after"]["values"] == pytest.approx([0.6, 0.7, 0.8])
     text = seeds.render(out)
-    assert "| SFT | 25.0 ± 5.0 |" in text and "| base < SFT | +23.3 |" in text and "| base < SFT |" in text and "proxy" in text
+    assert (
+        "| SFT | 25.0 ± 5.0 |" in text
+        and "| base < SFT | +23.3 |" in text
+        and "| base < SFT |" in text
+        and "proxy" in text
+    )
     # these grpo.json files predate the per-prompt comparison: nothing pooled, nothing rendered
     assert out["grpo_heldout_paired"] is None and "prompt by prompt" not in text
 
@@ -54,8 +70,11 @@ def test_heldout_prompt_pairs_are_pooled_over_seeds(tmp_path: Path) -> None:
     for s, (up, down, ob, oa) in enumerate([(30, 10, 2, 6), (20, 20, 3, 3), (25, 15, 1, 5)]):
         runs[s] = tmp_path / f"seed-{s}"
         _eval(runs[s], {"base": 0.0, "sft": 20.0, "grpo": 25.0})
-        paired = {"n": 300, "reward": {"up": up, "down": down, "same": 300 - up - down, "mean_diff": 0.01 * s},
-                  "accuracy_full": {"only_a": ob, "only_b": oa}}
+        paired = {
+            "n": 300,
+            "reward": {"up": up, "down": down, "same": 300 - up - down, "mean_diff": 0.01 * s},
+            "accuracy_full": {"only_a": ob, "only_b": oa},
+        }
         (runs[s] / "metrics" / "grpo.json").write_text(json.dumps({"heldout": {"paired": paired}}))
     hp = seeds.summarise(runs, ablation=False)["grpo_heldout_paired"]
     assert (hp["prompts"], hp["reward_up"], hp["reward_down"]) == (900, 75, 45)
@@ -118,7 +137,9 @@ def test_a_rerun_skips_finished_stages_and_reruns_from_the_first_changed_one(tmp
     assert calls == []
     # a changed grpo section: grpo and everything after it rerun, the earlier stages do not
     real = seeds.stage_params
-    monkeypatch.setattr(seeds, "stage_params", lambda stage: {**real(stage), **({"changed": True} if stage == "grpo" else {})})
+    monkeypatch.setattr(
+        seeds, "stage_params", lambda stage: {**real(stage), **({"changed": True} if stage == "grpo" else {})}
+    )
     seeds.run_seed(3, root, [], ablation=True)
     assert calls == ["grpo", "evaluate", "grpo_no_sft", "evaluate_no_sft"]
     calls.clear()
@@ -152,9 +173,26 @@ def test_make_seeds_runs_two_seeds_and_the_ablation_on_the_micro_preset(tmp_path
     runs = Path("runs") / f"pytest-{tmp_path.name}"
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "embodied_rft.tools.seeds", "--seeds", "3", "4", "--ablation-no-sft", "--runs-dir", str(runs),
-             "--out-metrics", str(tmp_path / "seeds.json"), "--out-report", str(tmp_path / "seeds.md"), "experiment=micro"],
-            cwd=REPO, capture_output=True, text=True, timeout=1200,
+            [
+                sys.executable,
+                "-m",
+                "embodied_rft.tools.seeds",
+                "--seeds",
+                "3",
+                "4",
+                "--ablation-no-sft",
+                "--runs-dir",
+                str(runs),
+                "--out-metrics",
+                str(tmp_path / "seeds.json"),
+                "--out-report",
+                str(tmp_path / "seeds.md"),
+                "experiment=micro",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=1200,
         )
         assert r.returncode == 0, r.stderr[-3000:]
         out = json.loads((tmp_path / "seeds.json").read_text())
@@ -193,7 +231,9 @@ def test_paired_outcomes_are_pooled_over_seeds_with_an_exact_mcnemar_test(tmp_pa
     assert (out["only_a"], out["only_b"], out["episodes"]) == (1, 3, 8)
     # 4 discordant pairs, 1 vs 3: p = 2 * (C(4,0) + C(4,1)) / 16
     assert out["p_mcnemar"] == pytest.approx(2 * 5 / 16)
-    assert "| SFT < SFT+GRPO | +50.0, +0.0 | +25.0 ± 35.4 | 1 | 3 | 8 | 0.625 |" in seeds.render(seeds.summarise(runs, ablation=False))
+    assert "| SFT < SFT+GRPO | +50.0, +0.0 | +25.0 ± 35.4 | 1 | 3 | 8 | 0.625 |" in seeds.render(
+        seeds.summarise(runs, ablation=False)
+    )
 
 
 def test_a_seed_without_paired_outcomes_gets_no_pooled_test(tmp_path: Path) -> None:

@@ -7,23 +7,19 @@ import base64
 import http.client
 import io
 import json
-import sys
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "generation"))
-import tiny_checkpoints as tc  # noqa: E402
-
-from embodied_rft.generation import GenerationConfig, make_generator  # noqa: E402
-from embodied_rft.tools.serve import (  # noqa: E402
+from embodied_rft.generation import GenerationConfig, make_generator
+from embodied_rft.tools.serve import (
     ChatServer,
     RequestError,
     ServeConfig,
     main,
     parse_chat_request,
 )
+from tests.helpers import tiny_checkpoints as tc
 
 openai = pytest.importorskip("openai")
 
@@ -40,7 +36,9 @@ def _one_thread():
 @pytest.fixture(scope="module")
 def text_server():
     gen = make_generator(tc.fitted_model(), GenerationConfig(device="cpu", max_new_tokens=CAP, batch_size=1))
-    cfg = ServeConfig(model_name="tiny-planner", max_request_bytes=64 * 1024, max_tokens_cap=CAP, default_max_tokens=CAP)
+    cfg = ServeConfig(
+        model_name="tiny-planner", max_request_bytes=64 * 1024, max_tokens_cap=CAP, default_max_tokens=CAP
+    )
     server = ChatServer(gen, cfg, "127.0.0.1", 0, token=TOKEN).start()
     yield server
     server.shutdown()
@@ -68,7 +66,9 @@ def test_text_chat_with_the_openai_client(text_server):
     client = _client(text_server)
     assert [m.id for m in client.models.list().data] == ["tiny-planner"]
     ep = tc.episodes()[0]
-    resp = client.chat.completions.create(model="tiny-planner", messages=tc.first_prompt(ep), temperature=0, max_tokens=CAP)
+    resp = client.chat.completions.create(
+        model="tiny-planner", messages=tc.first_prompt(ep), temperature=0, max_tokens=CAP
+    )
     choice = resp.choices[0]
     assert choice.message.role == "assistant"
     assert choice.message.content == tc.expert_response(ep)  # the fitted answer, exactly
@@ -85,14 +85,22 @@ def test_text_chat_with_the_openai_client(text_server):
 def test_max_tokens_is_capped_n_and_stop_work(text_server):
     client = _client(text_server)
     ep = tc.episodes()[0]
-    short = client.chat.completions.create(model="tiny-planner", messages=tc.first_prompt(ep), temperature=0, max_tokens=5)
+    short = client.chat.completions.create(
+        model="tiny-planner", messages=tc.first_prompt(ep), temperature=0, max_tokens=5
+    )
     assert short.choices[0].finish_reason == "length" and short.usage.completion_tokens == 5
-    capped = client.chat.completions.create(model="tiny-planner", messages=[{"role": "user", "content": "hello"}], max_tokens=10**6, temperature=0)
+    capped = client.chat.completions.create(
+        model="tiny-planner", messages=[{"role": "user", "content": "hello"}], max_tokens=10**6, temperature=0
+    )
     assert capped.usage.completion_tokens <= CAP
-    stopped = client.chat.completions.create(model="tiny-planner", messages=tc.first_prompt(ep), temperature=0, stop=['"executable_plan"'])
+    stopped = client.chat.completions.create(
+        model="tiny-planner", messages=tc.first_prompt(ep), temperature=0, stop=['"executable_plan"']
+    )
     text = stopped.choices[0].message.content
     assert text == tc.expert_response(ep).split('"executable_plan"')[0] and stopped.choices[0].finish_reason == "stop"
-    sampled = client.chat.completions.create(model="tiny-planner", messages=[{"role": "user", "content": "hi"}], temperature=1.0, n=3, seed=7, max_tokens=6)
+    sampled = client.chat.completions.create(
+        model="tiny-planner", messages=[{"role": "user", "content": "hi"}], temperature=1.0, n=3, seed=7, max_tokens=6
+    )
     assert [c.index for c in sampled.choices] == [0, 1, 2]
 
 
@@ -105,7 +113,9 @@ def test_auth_and_model_errors(text_server):
     with pytest.raises(openai.BadRequestError) as e:
         _client(text_server).chat.completions.create(
             model="tiny-planner",
-            messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": _data_url(tc.solid_png())}}]}],
+            messages=[
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": _data_url(tc.solid_png())}}]}
+            ],
         )
     assert e.value.body["code"] == "images_not_supported"
 
@@ -116,11 +126,20 @@ def test_image_messages_the_way_embodiedbench_sends_them(vl_server):
     img = {"type": "image_url", "image_url": {"url": _data_url(tc.solid_png(), "image/jpeg")}}
     text = {"type": "text", "text": "## Now the human instruction is: put a mug in the sink.\nPlan in JSON."}
     with_img = client.chat.completions.create(
-        model="Qwen/Qwen2.5-VL-7B-Instruct", messages=[{"role": "user", "content": [img, text]}], temperature=0, max_tokens=2048,
-        response_format={"type": "json_schema", "json_schema": {"name": "embodied_planning", "schema": {"type": "object"}}},
+        model="Qwen/Qwen2.5-VL-7B-Instruct",
+        messages=[{"role": "user", "content": [img, text]}],
+        temperature=0,
+        max_tokens=2048,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "embodied_planning", "schema": {"type": "object"}},
+        },
     )
     without = client.chat.completions.create(
-        model="Qwen/Qwen2.5-VL-7B-Instruct", messages=[{"role": "user", "content": [text]}], temperature=0, max_tokens=2048
+        model="Qwen/Qwen2.5-VL-7B-Instruct",
+        messages=[{"role": "user", "content": [text]}],
+        temperature=0,
+        max_tokens=2048,
     )
     assert isinstance(with_img.choices[0].message.content, str)
     assert with_img.usage.completion_tokens <= 8  # max_tokens 2048 capped at 8
@@ -128,7 +147,12 @@ def test_image_messages_the_way_embodiedbench_sends_them(vl_server):
     with pytest.raises(openai.APIStatusError) as e:
         client.chat.completions.create(
             model="Qwen/Qwen2.5-VL-7B-Instruct",
-            messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": _data_url(tc.solid_png((600, 600)))}}]}],
+            messages=[
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": _data_url(tc.solid_png((600, 600)))}}],
+                }
+            ],
         )
     assert e.value.status_code == 413 and e.value.body["code"] == "image_too_large"
 
@@ -200,8 +224,17 @@ def test_size_limits_and_transport_errors(text_server, vl_server):
     assert code == 404
     code, obj = _raw(text_server, "GET", "/health", token=None)
     assert (code, obj) == (200, {"status": "ok"})
-    bad_image = json.dumps({"model": "Qwen/Qwen2.5-VL-7B-Instruct", "messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,!!!notbase64"}}]}]}).encode()
+    bad_image = json.dumps(
+        {
+            "model": "Qwen/Qwen2.5-VL-7B-Instruct",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,!!!notbase64"}}],
+                }
+            ],
+        }
+    ).encode()
     code, obj = _raw(vl_server, "POST", "/v1/chat/completions", bad_image, token=None)
     assert code == 400 and obj["error"]["code"] == "invalid_image_url"
     not_image = bad_image.replace(b"!!!notbase64", base64.b64encode(b"plain text, not a picture"))
@@ -211,24 +244,40 @@ def test_size_limits_and_transport_errors(text_server, vl_server):
     code, obj = _raw(vl_server, "POST", "/v1/chat/completions", remote, token=None)
     assert code == 400 and "data: URLs" in obj["error"]["message"]
     # after all of that the server still answers
-    resp = _client(text_server).chat.completions.create(model="tiny-planner", messages=[{"role": "user", "content": "x"}], max_tokens=2)
+    resp = _client(text_server).chat.completions.create(
+        model="tiny-planner", messages=[{"role": "user", "content": "x"}], max_tokens=2
+    )
     assert resp.usage.completion_tokens == 2
 
 
 def test_oversized_request_through_the_openai_client(text_server):
     with pytest.raises(openai.APIStatusError) as e:
-        _client(text_server).chat.completions.create(model="tiny-planner", messages=[{"role": "user", "content": "y" * 200_000}])
+        _client(text_server).chat.completions.create(
+            model="tiny-planner", messages=[{"role": "user", "content": "y" * 200_000}]
+        )
     assert e.value.status_code == 413 and e.value.body["code"] == "request_too_large"
 
 
 def test_parse_chat_request_unit():
     cfg = ServeConfig(model_name="m", max_tokens_cap=100, default_max_tokens=50)
     msgs, imgs, s = parse_chat_request(
-        {"model": "m", "messages": [{"role": "developer", "content": "rules"}, {"role": "assistant", "content": None},
-                                    {"role": "user", "content": "go"}], "max_completion_tokens": 500},
-        cfg, supports_images=False,
+        {
+            "model": "m",
+            "messages": [
+                {"role": "developer", "content": "rules"},
+                {"role": "assistant", "content": None},
+                {"role": "user", "content": "go"},
+            ],
+            "max_completion_tokens": 500,
+        },
+        cfg,
+        supports_images=False,
     )
-    assert msgs == [{"role": "system", "content": "rules"}, {"role": "assistant", "content": ""}, {"role": "user", "content": "go"}]
+    assert msgs == [
+        {"role": "system", "content": "rules"},
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": "go"},
+    ]
     assert imgs == [] and s["max_new_tokens"] == 100 and s["temperature"] == 1.0 and s["n"] == 1 and s["stop"] == []
     _, _, s = parse_chat_request({"model": "m", "messages": [{"role": "user", "content": "x"}]}, cfg, False)
     assert s["max_new_tokens"] == 50

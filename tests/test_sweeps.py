@@ -13,9 +13,19 @@ def test_collect_and_render_multirun_jobs(tmp_path):
         (job / ".hydra").mkdir(parents=True)
         (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"grpo.filter.enabled={str(enabled).lower()}"]))
         (job / "metrics").mkdir()
-        (job / "metrics" / "grpo.json").write_text(json.dumps({
-            "updates": 8, "heldout": {"before": {"reward": 0.8, "accuracy_full": 0.2}, "after": {"reward": after, "accuracy_full": 0.25}},
-            "filter": {"pass_rate": 0.5 if enabled else 1.0}, "counters": {"zero_adv_groups_trained": 0 if enabled else 3}}))
+        (job / "metrics" / "grpo.json").write_text(
+            json.dumps(
+                {
+                    "updates": 8,
+                    "heldout": {
+                        "before": {"reward_mean": 0.8, "exact_plan_rate": 0.2},
+                        "after": {"reward_mean": after, "exact_plan_rate": 0.25},
+                    },
+                    "filter": {"pass_rate": 0.5 if enabled else 1.0},
+                    "counters": {"zero_adv_groups_trained": 0 if enabled else 3},
+                }
+            )
+        )
     rows = collect(tmp_path, "grpo")
     assert [r["overrides"] for r in rows] == ["grpo.filter.enabled=true", "grpo.filter.enabled=false"]
     assert [r["reward after"] for r in rows] == [0.91, 0.83]

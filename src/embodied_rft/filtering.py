@@ -1,4 +1,4 @@
-"""The paper's online accuracy filter and its group buffer (FACTS §1.6), and its OpenRLHF mapping (§5).
+"""The paper's online accuracy filter and its group buffer (docs/facts.md §1.6), and its OpenRLHF mapping (§5.4).
 
 Inputs: one *group* per prompt — the G sampled responses' ``accuracy_full`` flags (0/1, from
 ``embodied_rft.reward``) and, optionally, their total rewards. Outputs: accept/reject decisions, counters,
@@ -52,7 +52,7 @@ def count_full(accuracy_full: Sequence[float | bool]) -> int:
 
 def openrlhf_range(group_size: int, lower: int, upper: int) -> tuple[float, float]:
     """``--algo.dynamic_filtering_range LO HI`` that keeps exactly the groups with lower <= C_x <= upper
-    when OpenRLHF's scores are the accuracy_full flags (mean = C_x / G; FACTS §5)."""
+    when OpenRLHF's scores are the accuracy_full flags (mean = C_x / G; docs/facts.md §5.4)."""
     return (lower - 0.5) / group_size, (upper + 0.5) / group_size
 
 
@@ -90,9 +90,15 @@ class FilterConfig:
         if self.upper is not None:
             check(self.upper >= self.lower, "filter.upper", f"must be >= lower ({self.lower}); got {self.upper}")
         check(self.buffer_size >= 1, "filter.buffer_size", f"N_B must be >= 1; got {self.buffer_size}")
-        check(self.updates_per_buffer >= 1, "filter.updates_per_buffer", f"K_2 must be >= 1; got {self.updates_per_buffer}")
+        check(
+            self.updates_per_buffer >= 1,
+            "filter.updates_per_buffer",
+            f"K_2 must be >= 1; got {self.updates_per_buffer}",
+        )
         check(self.max_consecutive_rejects >= 1, "filter.max_consecutive_rejects", "must be >= 1")
-        check(self.on_stall in ("flush", "stop"), "filter.on_stall", f"must be 'flush' or 'stop'; got {self.on_stall!r}")
+        check(
+            self.on_stall in ("flush", "stop"), "filter.on_stall", f"must be 'flush' or 'stop'; got {self.on_stall!r}"
+        )
 
     def bounds(self, group_size: int) -> tuple[int, int]:
         """(lower, upper) for groups of ``group_size`` responses; ConfigError when they cannot fit."""
@@ -171,7 +177,13 @@ class GroupBuffer(Generic[T]):
         c_x = count_full(accuracy_full)
         reason = None
         if cfg.enabled and not accept(c_x, self._lower, self._upper):
-            reason = "rejected_all_wrong" if c_x == 0 else "rejected_all_right" if c_x == self.group_size else "rejected_other"
+            reason = (
+                "rejected_all_wrong"
+                if c_x == 0
+                else "rejected_all_right"
+                if c_x == self.group_size
+                else "rejected_other"
+            )
         elif cfg.drop_zero_variance and rewards is not None and len(rewards) and max(rewards) - min(rewards) <= 1e-12:
             reason = "rejected_zero_variance"
         if reason is not None:
@@ -182,7 +194,11 @@ class GroupBuffer(Generic[T]):
                 self.stats.stalls += 1
                 logger.warning(
                     "accuracy filter: %d groups rejected in a row (lower=%d, upper=%d, G=%d; %s); %s",
-                    self._consecutive_rejects, self._lower, self._upper, self.group_size, self.stats.as_dict(),
+                    self._consecutive_rejects,
+                    self._lower,
+                    self._upper,
+                    self.group_size,
+                    self.stats.as_dict(),
                     "flushing the partial buffer" if cfg.on_stall == "flush" and self._groups else "stopping",
                 )
             return False
@@ -206,7 +222,9 @@ class GroupBuffer(Generic[T]):
     def take(self) -> BufferBatch[T]:
         """Hand out the buffered groups (at most N_B) for K_2 updates and empty the buffer."""
         if not self.ready():
-            raise RuntimeError(f"take: buffer holds {len(self._groups)}/{self.config.buffer_size} groups and is not stalled")
+            raise RuntimeError(
+                f"take: buffer holds {len(self._groups)}/{self.config.buffer_size} groups and is not stalled"
+            )
         n = self.config.buffer_size
         groups, self._groups = self._groups[:n], self._groups[n:]
         if self._stalled:
@@ -222,8 +240,10 @@ class GroupBuffer(Generic[T]):
         if held:
             logger.warning(
                 "accuracy filter: data exhausted with %d/%d groups buffered; %s (%s)",
-                held, self.config.buffer_size,
-                "training on them" if self.config.on_stall == "flush" else "discarding them", self.stats.as_dict(),
+                held,
+                self.config.buffer_size,
+                "training on them" if self.config.on_stall == "flush" else "discarding them",
+                self.stats.as_dict(),
             )
         if not held or self.config.on_stall == "stop":
             self._groups = []

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from .data.jsonl import write_text_atomic
+from embodied_rft.core.atomic import write_text_atomic
 
 HEADER = (
     "# GENERATED from conf/ by `make params` (python -m embodied_rft.params) -- do not edit.\n"
@@ -62,9 +62,16 @@ def section_configs(cfg: dict[str, Any]) -> dict[str, Any]:
         "data.generator": build(GeneratorConfig, data.pop("generator", {}), "data.generator"),
         "data": build(AlfredConfig, data, "data"),
     }
-    for key, cls in (("prompt", PromptConfig), ("decompose", DecomposeConfig), ("teacher", TeacherConfig),
-                     ("model", ModelConfig), ("sft", SFTConfig), ("grpo", GRPOConfig), ("reward", RewardConfig),
-                     ("evaluate", EvalConfig)):
+    for key, cls in (
+        ("prompt", PromptConfig),
+        ("decompose", DecomposeConfig),
+        ("teacher", TeacherConfig),
+        ("model", ModelConfig),
+        ("sft", SFTConfig),
+        ("grpo", GRPOConfig),
+        ("reward", RewardConfig),
+        ("evaluate", EvalConfig),
+    ):
         out[key] = build(cls, cfg[key], key)
     return out
 
@@ -108,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         reason = stale_reason(args.out, args.conf)
         if reason:
-            print(f"params.yaml is stale: {reason}\nRun `make params` (never edit params.yaml by hand).", file=sys.stderr)
+            print(
+                f"params.yaml is stale: {reason}\nRun `make params` (never edit params.yaml by hand).", file=sys.stderr
+            )
             return 1
         print(f"{args.out} is up to date with {args.conf}/")
         return 0

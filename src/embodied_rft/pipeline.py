@@ -144,7 +144,11 @@ def stage_context(cfg: Any, stage: str, multirun_dir: str | None = None) -> Stag
     check(stage in STAGE_OUTPUTS, "stage", f"unknown stage {stage!r}; known: {sorted(STAGE_OUTPUTS)}")
     paths = Paths.from_config(plain.get("paths", {}))
     seed = plain.get("seed", 0)
-    check(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, "seed", f"must be an integer >= 0, got {seed!r}")
+    check(
+        isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0,
+        "seed",
+        f"must be an integer >= 0, got {seed!r}",
+    )
     mr = multirun_dir if multirun_dir is not None else _hydra_multirun_dir()
     if mr:
         moved = {k: str(Path(mr) / getattr(paths, k)) for k in STAGE_OUTPUTS[stage]}
@@ -158,16 +162,18 @@ def stage_context(cfg: Any, stage: str, multirun_dir: str | None = None) -> Stag
     return StageContext(stage=stage, paths=paths, seed=seed, cfg=plain, multirun_dir=mr)
 
 
-def lineage(lock_path: str | Path = "dvc.lock", params: dict | None = None, used: list[str] | None = None) -> dict[str, Any]:
+def lineage(
+    lock_path: str | Path = "dvc.lock", params: dict | None = None, used: list[str] | None = None
+) -> dict[str, Any]:
     """Where a result came from: the content hashes DVC recorded (``dvc.lock``) for every upstream stage's
     outputs (episodes, decomposed data, distilled data, teacher cache, checkpoints) and params, the hash of
     the params this run used, and the git commit. Read while ``dvc repro`` runs, dvc.lock already holds the
     finished upstream stages, so every number in a metrics file can be traced to the artifacts behind it."""
-    import hashlib
-    import json
     import subprocess
 
     import yaml
+
+    from embodied_rft.core.digest import json_digest
 
     out: dict[str, Any] = {"dvc_lock": None, "stages": {}}
     lock = Path(lock_path)
@@ -181,15 +187,16 @@ def lineage(lock_path: str | Path = "dvc.lock", params: dict | None = None, used
     elif lock.exists():
         out["dvc_lock"] = str(lock)
         for name, st in stages.items():
-            params_blob = json.dumps(st.get("params") or {}, sort_keys=True, default=str).encode()
             out["stages"][name] = {
                 "outs": {o["path"]: o.get("md5") or o.get("hash") for o in st.get("outs") or []},
-                "params_sha256": hashlib.sha256(params_blob).hexdigest()[:16],
+                "params_sha256": json_digest(st.get("params") or {}, 16),
             }
     if params is not None:
-        out["params_sha256"] = hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        out["params_sha256"] = json_digest(params, 16)
     try:
-        out["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        out["git_commit"] = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         out["git_commit"] = None
     return out

@@ -12,8 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from embodied_rft.core.atomic import write_json_atomic
+
 from .config import ConfigError, build, to_plain
-from .data.jsonl import write_json_atomic
 
 
 def run_prepare(data_cfg: Any, episodes_dir: str | Path, metrics_path: str | Path) -> dict:

@@ -1,4 +1,4 @@
-"""The paper's reward: R = R_format + R_accuracy, at most 1.5 (FACTS §1.4).
+"""The paper's reward: R = R_format + R_accuracy, at most 1.5 (docs/facts.md §1.4).
 
 Inputs: a response (model text: ``str``/``bytes``, or an already-parsed ``dict``) and the decomposed
 sample's ``label``: its JSON string or dict ``{"gold": [[id, name], ...], "extra_actions": [...]}``, or a
@@ -23,7 +23,7 @@ Variants (``REWARDS``):
     R_valid/R_match denominators). k = 0 (an empty or unreadable label) gives R_accuracy = 0.
   * Parsing goes through the tolerant parser (``embodied_rft.data.response``: code fences, surrounding
     prose, light repair); an unrecoverable response scores 0 everywhere.
-  * ``accuracy_full`` = 1.0 iff n == k ≥ 1: the C_x count of the online filter (FACTS §1.6).
+  * ``accuracy_full`` = 1.0 iff n == k ≥ 1: the C_x count of the online filter (docs/facts.md §1.6).
 
 ``rr_code`` — the released RR reward file (``reward_func_embench_alfred_nonlinear.py``), quirks included:
   * strict ``json.loads`` of the stripped text; anything that is not then a JSON object scores 0.
@@ -210,14 +210,6 @@ def parse_label(label: object) -> Gold:
         return _EMPTY_GOLD
 
 
-def format_label(gold: Sequence[tuple[int, str]], extra_actions: Sequence[str] = ()) -> str:
-    """The canonical label string of a decomposed sample: ``{"gold": [[id, name], ...],
-    "extra_actions": [...]}`` (what :func:`parse_label` reads back)."""
-    return json.dumps(
-        {"gold": [[int(a), str(n)] for a, n in gold], "extra_actions": list(extra_actions)}, ensure_ascii=False
-    )
-
-
 # --------------------------------------------------------------------------------------------- scoring
 
 
@@ -368,7 +360,7 @@ def score_batch(
 class RewardConfig:
     """The ``reward:`` config section."""
 
-    # Which reward: "paper" = FACTS §1.4 as written (the paper's; default); "rr_code" = the released
+    # Which reward: "paper" = docs/facts.md §1.4 as written (the paper's; default); "rr_code" = the released
     # RR reward file with its quirks (lower-cased name matching, k == 1 penalty), for ablations.
     variant: Variant = "paper"
     # Characters of a response that are looked at; the rest is ignored (unit: characters). 64 Ki is four
@@ -392,7 +384,6 @@ __all__ = [
     "Gold",
     "RewardBreakdown",
     "RewardConfig",
-    "format_label",
     "parse_label",
     "score",
     "score_batch",

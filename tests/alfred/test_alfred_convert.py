@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from alfred_synth import CLEAN_PLAN, HEAT_PLAN, clean_mug, heat_sliced_apple
 
 from embodied_rft.alfred.convert import convert_plan
 from embodied_rft.alfred.episodes import build_episodes, goal_of, room_of
@@ -15,6 +14,7 @@ from embodied_rft.alfred.reader import parse_trajectory, read_trajectory
 from embodied_rft.alfred.replay import replay
 from embodied_rft.alfred.scene import ConversionError, SceneIndex
 from embodied_rft.world import check_episode, global_actions, verb_targets
+from tests.helpers.alfred_synth import CLEAN_PLAN, HEAT_PLAN, clean_mug, heat_sliced_apple
 
 
 def _traj(data: dict, name: str = "synthetic/traj_data.json"):

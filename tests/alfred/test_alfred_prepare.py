@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from alfred_synth import clean_mug, heat_sliced_apple, write_split
 
 from embodied_rft.alfred import AlfredConfig, run_prepare_alfred
 from embodied_rft.config import ConfigError
 from embodied_rft.data.jsonl import DataError, read_jsonl
 from embodied_rft.world import check_episode
+from tests.helpers.alfred_synth import clean_mug, heat_sliced_apple, write_split
 
 
 def _cfg(root: Path, **kw) -> AlfredConfig:

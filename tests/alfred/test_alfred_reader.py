@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from alfred_synth import clean_mug, heat_sliced_apple, write_split
 
 from embodied_rft.alfred.reader import (
     parse_trajectory,
@@ -15,6 +14,7 @@ from embodied_rft.alfred.reader import (
     trajectory_paths,
 )
 from embodied_rft.data.jsonl import DataError
+from tests.helpers.alfred_synth import clean_mug, heat_sliced_apple, write_split
 
 LADLE = "valid_seen/pick_clean_then_place_in_recep-Ladle-None-DiningTable-4/trial_T20190909_164840_568811"
 

@@ -7,13 +7,14 @@ import json
 import pytest
 
 from embodied_rft.config import build
+from embodied_rft.core.atomic import write_jsonl_atomic
 from embodied_rft.data.decompose import DecomposeConfig, decompose_episode, run_decompose
-from embodied_rft.data.jsonl import DataError, read_jsonl, write_jsonl_atomic
+from embodied_rft.data.jsonl import DataError, read_jsonl
 from embodied_rft.data.prompt import PromptConfig, build_messages, system_prompt
 from embodied_rft.world import Simulator
 from embodied_rft.world.actions import N_GLOBAL, ActionSpace, split_action
-from embodied_rft.world.objects import TYPES
 from embodied_rft.world.generator import GeneratorConfig, generate_episodes
+from embodied_rft.world.objects import TYPES
 
 EB = PromptConfig(style="eb", action_list="full")
 TINY = PromptConfig(style="compact", action_list="none")
@@ -46,7 +47,10 @@ def test_k_steps_give_k_samples_with_history_and_remaining_plan(episodes):
 def test_history_carries_env_feedback_in_eb_format(episodes):
     s = list(decompose_episode(episodes["train"][0], EB))[2]
     h = s["history"][1]
-    assert f"Step 2, action id {h['action_id']}, {h['action_name']}, env feedback: {h['feedback']}" in s["prompt"][1]["content"]
+    assert (
+        f"Step 2, action id {h['action_id']}, {h['action_name']}, env feedback: {h['feedback']}"
+        in s["prompt"][1]["content"]
+    )
     tiny = list(decompose_episode(episodes["train"][0], TINY))[2]
     assert f"2. {h['action_id']} {h['action_name']}: ok" in tiny["prompt"][1]["content"]
 
@@ -68,7 +72,7 @@ def test_image_observation_writes_deterministic_pngs(tmp_path, episodes):
     a = list(decompose_episode(ep, PromptConfig(observation="image"), tmp_path / "a"))
     b = list(decompose_episode(ep, PromptConfig(observation="image"), tmp_path / "b"))
     assert all(s["image"].startswith("images/") and "<image>" in s["prompt"][1]["content"] for s in a)
-    for sa, sb in zip(a, b):
+    for sa, _sb in zip(a, b):
         name = sa["image"].split("/", 1)[1]
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     first, second = (tmp_path / "a" / a[0]["image"].split("/", 1)[1]), (tmp_path / "a" / a[1]["image"].split("/", 1)[1])
@@ -153,8 +157,9 @@ def test_instruction_position(style):
     task = "Put a mug in the sink."
     history = [{"action_id": 3, "action_name": "find a Mug", "feedback": "Last action executed successfully."}]
     text = {
-        at: build_messages(PromptConfig(style=style, system=False, instruction_at=at), task, history,
-                           "You see a Mug.", ActionSpace())[0]["content"]
+        at: build_messages(
+            PromptConfig(style=style, system=False, instruction_at=at), task, history, "You see a Mug.", ActionSpace()
+        )[0]["content"]
         for at in ("start", "end", "both")
     }
     assert text["start"].count(task) == 1 and text["start"].index(task) < text["start"].index("find a Mug")
@@ -217,8 +222,13 @@ def test_recovery_samples_are_kept_beside_steps_per_episode(episodes, tmp_path):
     ep_dir = tmp_path / "episodes"
     for split, eps in episodes.items():
         write_jsonl_atomic(ep_dir / f"{split}.jsonl", eps)
-    m = run_decompose(DecomposeConfig(steps_per_episode=2, recovery_per_episode=1), TINY, ep_dir, tmp_path / "out",
-                      tmp_path / "m.json")
+    m = run_decompose(
+        DecomposeConfig(steps_per_episode=2, recovery_per_episode=1),
+        TINY,
+        ep_dir,
+        tmp_path / "out",
+        tmp_path / "m.json",
+    )
     train = read_jsonl(tmp_path / "out" / "train.jsonl")
     rec = [s for s in train if s["sample_id"].endswith(":recover")]
     assert len(train) - len(rec) == 2 * len(episodes["train"]) and len(rec) >= len(episodes["train"]) // 2

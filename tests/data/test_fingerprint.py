@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from embodied_rft.data import fingerprint as fpm
+from embodied_rft.core import digest as fpm
 from embodied_rft.evaluate.store import dir_fingerprint
 from embodied_rft.train.sft.config import SFTConfig
 from embodied_rft.train.sft.resume import run_fingerprint

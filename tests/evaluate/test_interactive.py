@@ -4,17 +4,12 @@ episodes, the model path, parallel workers and resuming."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "generation"))
-import tiny_checkpoints as tc  # noqa: E402
-
-from embodied_rft.data.prompt import PromptConfig  # noqa: E402
-from embodied_rft.data.response import format_response  # noqa: E402
-from embodied_rft.evaluate import (  # noqa: E402
+from embodied_rft.data.prompt import PromptConfig
+from embodied_rft.data.response import format_response
+from embodied_rft.evaluate import (
     EpisodeLimits,
     EpisodeRun,
     ExpertPolicy,
@@ -26,8 +21,9 @@ from embodied_rft.evaluate import (  # noqa: E402
     run_episodes,
     run_lockstep,
 )
-from embodied_rft.generation import GenerationConfig, make_generator  # noqa: E402
-from embodied_rft.world import Simulator  # noqa: E402
+from embodied_rft.generation import GenerationConfig, make_generator
+from embodied_rft.world import Simulator
+from tests.helpers import tiny_checkpoints as tc
 
 PROMPT = tc.PROMPT
 LIMITS = EpisodeLimits()
@@ -65,7 +61,11 @@ def _run_one(policy, ep=None, limits=LIMITS) -> dict:
 @pytest.mark.parametrize(
     "text, status, ids",
     [
-        ('{"executable_plan": [{"action_id": 3, "action_name": "x"}, {"action_id": 5, "action_name": "y"}]}', "ok", [3, 5]),
+        (
+            '{"executable_plan": [{"action_id": 3, "action_name": "x"}, {"action_id": 5, "action_name": "y"}]}',
+            "ok",
+            [3, 5],
+        ),
         ('```json\n{"executable_plan": [{"action_id": 3, "action_name": "x"}]}\n```', "ok", [3]),
         ('{"executable_plan": [{"action_id": 3}, {"action_id": 999}, {"action_id": 4}]}', "ok", [3]),
         ('{"executable_plan": [{"action_id": 999}, {"action_id": 4}]}', "out_of_range", []),
@@ -100,7 +100,10 @@ def test_replans_after_an_invalid_action_with_the_failure_in_the_history():
     assert rec["env_steps"] == len(plan) + 1
     # the second prompt carries both executed steps with EB's history wording and env feedback
     second_user = policy.prompts[1][1]["content"]
-    assert f"Step 1, action id {space.id(plan[0])}, {plan[0]}, env feedback: Last action executed successfully." in second_user
+    assert (
+        f"Step 1, action id {space.id(plan[0])}, {plan[0]}, env feedback: Last action executed successfully."
+        in second_user
+    )
     assert "Step 2, action id 133, put down the object in hand, env feedback: Last action is invalid." in second_user
     assert "Step 3" not in second_user
 
@@ -112,28 +115,58 @@ def test_thirty_environment_steps_end_the_episode():
     target = next(o["type"] for o in ep["scene"]["objects"] if f"find a {o['type']}" in space.index)
     policy = Scripted([_resp(space, [f"find a {target}"] * 20)])
     rec = _run_one(policy, ep)
-    assert (rec["success"], rec["end_reason"], rec["env_steps"], rec["planner_calls"]) == (False, "max_env_steps", 30, 2)
+    assert (rec["success"], rec["end_reason"], rec["env_steps"], rec["planner_calls"]) == (
+        False,
+        "max_env_steps",
+        30,
+        2,
+    )
     assert rec["invalid_actions"] == 0
     assert rec["progress"] < 1.0
 
 
 def test_ten_invalid_actions_end_the_episode_and_parse_failures_count_as_invalid():
     rec = _run_one(Scripted(["Sorry, I cannot help with that."]))
-    assert (rec["end_reason"], rec["invalid_actions"], rec["parse_failures"], rec["env_steps"], rec["planner_calls"]) == (
-        "max_invalid_actions", 10, 10, 0, 10,
+    assert (
+        rec["end_reason"],
+        rec["invalid_actions"],
+        rec["parse_failures"],
+        rec["env_steps"],
+        rec["planner_calls"],
+    ) == (
+        "max_invalid_actions",
+        10,
+        10,
+        0,
+        10,
     )
     # out-of-range first ids are invalid actions too, but not parse failures
     rec = _run_one(Scripted(['{"executable_plan": [{"action_id": 100000, "action_name": "x"}]}']))
-    assert (rec["invalid_actions"], rec["parse_failures"], rec["out_of_range_plans"], rec["env_steps"]) == (10, 0, 10, 0)
+    assert (rec["invalid_actions"], rec["parse_failures"], rec["out_of_range_plans"], rec["env_steps"]) == (
+        10,
+        0,
+        10,
+        0,
+    )
     # failing environment steps: each call executes one failing put-down
     space = Simulator.from_episode(_ep()).actions
     rec = _run_one(Scripted([_resp(space, ["put down the object in hand", "drop the object in hand"])]))
-    assert (rec["end_reason"], rec["invalid_actions"], rec["env_steps"], rec["planner_calls"]) == ("max_invalid_actions", 10, 10, 10)
+    assert (rec["end_reason"], rec["invalid_actions"], rec["env_steps"], rec["planner_calls"]) == (
+        "max_invalid_actions",
+        10,
+        10,
+        10,
+    )
 
 
 def test_empty_plan_ends_the_episode_and_planner_call_cap_binds():
     rec = _run_one(Scripted(['{"executable_plan": []}']))
-    assert (rec["end_reason"], rec["planner_calls"], rec["env_steps"], rec["invalid_actions"]) == ("empty_plan", 1, 0, 0)
+    assert (rec["end_reason"], rec["planner_calls"], rec["env_steps"], rec["invalid_actions"]) == (
+        "empty_plan",
+        1,
+        0,
+        0,
+    )
     rec = _run_one(Scripted(["garbage"]), limits=EpisodeLimits(max_planner_calls=3))
     assert (rec["end_reason"], rec["planner_calls"]) == ("max_planner_calls", 3)
 
@@ -161,7 +194,14 @@ def _steps_to_success(ep: dict) -> int:
 
 def test_expert_succeeds_everywhere_and_random_nowhere(tmp_path):
     eps = list(tc.episodes("valid_seen", 12))
-    assert {e["subset"] for e in eps} == {"base", "common_sense", "complex_instruction", "spatial", "visual_appearance", "long_horizon"}
+    assert {e["subset"] for e in eps} == {
+        "base",
+        "common_sense",
+        "complex_instruction",
+        "spatial",
+        "visual_appearance",
+        "long_horizon",
+    }
     expert = run_episodes(eps, PolicySpec("expert"), PROMPT, LIMITS, ResultStore(tmp_path / "e.jsonl", "e"))
     rand = run_episodes(eps, PolicySpec("random", seed=0), PROMPT, LIMITS, ResultStore(tmp_path / "r.jsonl", "r"))
     e, r = aggregate(expert), aggregate(rand)
@@ -174,7 +214,14 @@ def test_expert_succeeds_everywhere_and_random_nowhere(tmp_path):
     assert r["overall"]["success_rate"] == 0.0
     assert r["overall"]["invalid_action_rate"] > 0.5
     assert set(r["overall"]["end_reasons"]) <= {"max_invalid_actions", "max_env_steps"}
-    assert list(e["per_subset"]) == ["base", "common_sense", "complex_instruction", "spatial", "visual_appearance", "long_horizon"]
+    assert list(e["per_subset"]) == [
+        "base",
+        "common_sense",
+        "complex_instruction",
+        "spatial",
+        "visual_appearance",
+        "long_horizon",
+    ]
     assert sum(v["episodes"] for v in e["per_task_type"].values()) == 12
 
 
@@ -190,7 +237,12 @@ def test_model_policy_through_the_hf_backend():
     r0, r1 = recs[ep0["episode_id"]], recs[ep1["episode_id"]]
     assert r0["success"] and r0["planner_calls"] == 1 and r0["env_steps"] == len(ep0["expert_plan"])
     assert r0["response_tokens"] and r0["response_tokens"][0] < 200
-    assert not r1["success"] and r1["end_reason"] in ("max_planner_calls", "max_invalid_actions", "max_env_steps", "empty_plan")
+    assert not r1["success"] and r1["end_reason"] in (
+        "max_planner_calls",
+        "max_invalid_actions",
+        "max_env_steps",
+        "empty_plan",
+    )
     assert r1["invalid_actions"] >= 1
 
 
@@ -203,7 +255,13 @@ def test_process_workers_give_the_same_results_as_inline(tmp_path):
     eps = list(tc.episodes("valid_seen", 12))
     inline = run_episodes(eps, PolicySpec("random", seed=3), PROMPT, LIMITS, ResultStore(tmp_path / "a.jsonl", "x"))
     spread = run_episodes(
-        eps, PolicySpec("random", seed=3), PROMPT, LIMITS, ResultStore(tmp_path / "b.jsonl", "x"), workers=2, episodes_per_task=3
+        eps,
+        PolicySpec("random", seed=3),
+        PROMPT,
+        LIMITS,
+        ResultStore(tmp_path / "b.jsonl", "x"),
+        workers=2,
+        episodes_per_task=3,
     )
     assert _strip(inline) == _strip(spread)
 
@@ -264,8 +322,14 @@ def test_ray_actors_give_the_same_results_as_inline(tmp_path):
     eps = list(tc.episodes("valid_seen", 8))
     inline = run_episodes(eps, PolicySpec("random", seed=5), PROMPT, LIMITS, ResultStore(tmp_path / "a.jsonl", "x"))
     ray = run_episodes(
-        eps, PolicySpec("random", seed=5), PROMPT, LIMITS, ResultStore(tmp_path / "b.jsonl", "x"),
-        workers=2, parallel="ray", episodes_per_task=2,
+        eps,
+        PolicySpec("random", seed=5),
+        PROMPT,
+        LIMITS,
+        ResultStore(tmp_path / "b.jsonl", "x"),
+        workers=2,
+        parallel="ray",
+        episodes_per_task=2,
     )
     assert _strip(inline) == _strip(ray)
 
@@ -280,7 +344,9 @@ def test_image_observation_reaches_the_policy():
             seen["user"] = messages_batch[0][1]["content"]
             return super().plan(messages_batch, images, contexts)
 
-    (rec,) = list(run_lockstep([ep], Looker(), PromptConfig(style="compact", action_list="extras", observation="image"), LIMITS))
+    (rec,) = list(
+        run_lockstep([ep], Looker(), PromptConfig(style="compact", action_list="extras", observation="image"), LIMITS)
+    )
     assert rec["success"]
     assert "<image>" in seen["user"]
     assert seen["images"][0].size == (224, 224)

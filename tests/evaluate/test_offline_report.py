@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "generation"))
-import tiny_checkpoints as tc  # noqa: E402
-
-from embodied_rft.config import ConfigError, build  # noqa: E402
-from embodied_rft.data.decompose import decompose_episode  # noqa: E402
-from embodied_rft.data.response import format_response  # noqa: E402
-from embodied_rft.evaluate import (  # noqa: E402
+from embodied_rft.config import ConfigError, build
+from embodied_rft.data.decompose import decompose_episode
+from embodied_rft.data.response import format_response
+from embodied_rft.evaluate import (
     PROXY_LABEL,
     EvalConfig,
     render_markdown,
@@ -26,8 +22,9 @@ from embodied_rft.evaluate import (  # noqa: E402
     split_paths,
     table_rows,
 )
-from embodied_rft.evaluate.report import plot_rows  # noqa: E402
-from embodied_rft.reward import RewardConfig  # noqa: E402
+from embodied_rft.evaluate.report import plot_rows
+from embodied_rft.reward import RewardConfig
+from tests.helpers import tiny_checkpoints as tc
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,15 +47,24 @@ def test_offline_metrics_of_known_responses():
     k = len(samples)
     gold = score_responses(samples, [_gold(s) for s in samples], RewardConfig())
     assert gold["samples"] == k
-    assert (gold["json_valid_rate"], gold["format_rate"], gold["exact_plan_rate"], gold["prefix_accuracy"]) == (1.0, 1.0, 1.0, 1.0)
+    assert (gold["json_valid_rate"], gold["format_rate"], gold["exact_plan_rate"], gold["prefix_accuracy"]) == (
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+    )
     assert gold["reward_mean"] == 1.5 and gold["match_mean"] == 0.25
     junk = score_responses(samples, ["no json here"] * k, RewardConfig())
     assert (junk["json_valid_rate"], junk["reward_mean"], junk["exact_plan_rate"]) == (0.0, 0.0, 0.0)
     # one correct first step out of k remaining: prefix credit 1*2/(k(k+1)), never "exact" unless k == 1
     first = score_responses(samples, [_gold(s, keep=1) for s in samples], RewardConfig())
-    expect = sum(2 / (len(json.loads(s["label"])["gold"]) * (len(json.loads(s["label"])["gold"]) + 1)) for s in samples) / k
+    expect = (
+        sum(2 / (len(json.loads(s["label"])["gold"]) * (len(json.loads(s["label"])["gold"]) + 1)) for s in samples) / k
+    )
     assert first["prefix_accuracy"] == pytest.approx(expect, abs=1e-4)
-    assert first["exact_plan_rate"] == pytest.approx(sum(len(json.loads(s["label"])["gold"]) == 1 for s in samples) / k, abs=1e-4)
+    assert first["exact_plan_rate"] == pytest.approx(
+        sum(len(json.loads(s["label"])["gold"]) == 1 for s in samples) / k, abs=1e-4
+    )
     assert set(first["per_subset"]) == {s["subset"] for s in samples}
     with pytest.raises(ValueError, match="samples but"):
         score_responses(samples, [], RewardConfig())
@@ -71,10 +77,21 @@ def _model(per_subset: dict[str, float], reference: bool = False) -> dict:
 
 
 def test_table_follows_the_paper_columns_and_averages_present_subsets():
-    models = {"sft": _model({"base": 50.0, "common_sense": 0.0, "long_horizon": 100.0}), "expert": _model({"base": 100.0}, True)}
+    models = {
+        "sft": _model({"base": 50.0, "common_sense": 0.0, "long_horizon": 100.0}),
+        "expert": _model({"base": 100.0}, True),
+    }
     rows = table_rows(models)
     assert list(rows["sft"]) == ["avg", "base", "common", "complex", "visual", "spatial", "long"]
-    assert rows["sft"] == {"avg": 50.0, "base": 50.0, "common": 0.0, "complex": None, "visual": None, "spatial": None, "long": 100.0}
+    assert rows["sft"] == {
+        "avg": 50.0,
+        "base": 50.0,
+        "common": 0.0,
+        "complex": None,
+        "visual": None,
+        "spatial": None,
+        "long": 100.0,
+    }
     md = render_markdown(models)
     assert PROXY_LABEL in md.splitlines()[0]
     assert "| model | avg | base | common | complex | visual | spatial | long |" in md
@@ -104,7 +121,9 @@ def test_conf_file_builds_and_comments_every_key():
     for i, line in enumerate(lines):
         m = re.match(r"^\s*([a-z_]+):", line)
         if m:
-            assert lines[i - 1].strip().startswith("#"), f"{path.name}:{i + 1}: key '{m.group(1)}' has no comment above it"
+            assert lines[i - 1].strip().startswith("#"), (
+                f"{path.name}:{i + 1}: key '{m.group(1)}' has no comment above it"
+            )
     conf = OmegaConf.create({"seed": 3, "evaluate": yaml.safe_load(path.read_text())})
     cfg = build(EvalConfig, OmegaConf.to_container(conf, resolve=True)["evaluate"], "evaluate")
     assert cfg.seed == 3 and cfg.generation.seed == 3 and cfg.generation.greedy
@@ -129,8 +148,13 @@ def test_run_evaluate_end_to_end_and_resume(tmp_path):
     val.write_text("".join(json.dumps(s) + "\n" for s in val_samples))
     cfg = build(
         EvalConfig,
-        {"max_episodes": 0, "max_planner_calls": 2, "max_offline_samples": -1, "episodes_per_task": 3,
-         "generation": {"max_new_tokens": 120, "device": "cpu"}},
+        {
+            "max_episodes": 0,
+            "max_planner_calls": 2,
+            "max_offline_samples": -1,
+            "episodes_per_task": 3,
+            "generation": {"max_new_tokens": 120, "device": "cpu"},
+        },
         "evaluate",
     )
     kw = dict(
@@ -164,8 +188,17 @@ def test_run_evaluate_end_to_end_and_resume(tmp_path):
     # paired comparison on the same episodes: sft alone solves episode 0
     ids = [e["episode_id"] for e in eps]
     assert m["sft"]["episode_success"] == {ids[0]: True, ids[1]: False, ids[2]: False}
-    assert metrics["paired"] == {"base->sft": {"episodes": 3, "both": 0, "only_a": 0, "only_b": 1, "neither": 2,
-                                               "gap": pytest.approx(33.33), "p_mcnemar": 1.0}}
+    assert metrics["paired"] == {
+        "base->sft": {
+            "episodes": 3,
+            "both": 0,
+            "only_a": 0,
+            "only_b": 1,
+            "neither": 2,
+            "gap": pytest.approx(33.33),
+            "p_mcnemar": 1.0,
+        }
+    }
     report = (tmp_path / "reports" / "evaluate.md").read_text()
     assert "**base -> sft (paired)**: +33.3 pts on the same 3 episodes: 1 solved by sft alone" in report
     assert f"# Evaluation ({PROXY_LABEL})" in report
@@ -185,7 +218,16 @@ def test_run_evaluate_end_to_end_and_resume(tmp_path):
 
 def test_run_evaluate_names_a_missing_checkpoint(tmp_path):
     with pytest.raises(ConfigError, match=r"model 'grpo': .* is not a checkpoint directory"):
-        run_evaluate(EvalConfig(), {"grpo": tmp_path / "nope"}, [], None, tmp_path / "m.json", tmp_path / "r.md", tmp_path, tmp_path)
+        run_evaluate(
+            EvalConfig(),
+            {"grpo": tmp_path / "nope"},
+            [],
+            None,
+            tmp_path / "m.json",
+            tmp_path / "r.md",
+            tmp_path,
+            tmp_path,
+        )
 
 
 def test_exact_mcnemar_against_hand_computed_binomial_tails():

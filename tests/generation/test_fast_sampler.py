@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 
 import pytest
-import tiny_checkpoints as tc
 import torch
 from transformers import GenerationConfig as HFGenConfig
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
@@ -18,6 +17,7 @@ from embodied_rft.generation import GenerationConfig, backend_class, make_genera
 from embodied_rft.generation.decoder import DecoderLM, supports, unsupported_reason
 from embodied_rft.generation.fast import FastGenerator
 from embodied_rft.generation.sampler import FastSampler, draw, nucleus_probs
+from tests.helpers import tiny_checkpoints as tc
 
 EOS = [5, 6, 7, 8, 9]  # several end tokens, so some rows stop early and others run to the cap
 
@@ -39,8 +39,15 @@ def _sharpen(model):
 
 def _tiny(family: str, layers: int = 2):
     torch.manual_seed(0)
-    common = dict(vocab_size=97, hidden_size=64, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                  intermediate_size=96, max_position_embeddings=256)
+    common = dict(
+        vocab_size=97,
+        hidden_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=96,
+        max_position_embeddings=256,
+    )
     if family == "qwen2":
         return _sharpen(Qwen2ForCausalLM(Qwen2Config(**common, tie_word_embeddings=True)))
     return _sharpen(LlamaForCausalLM(LlamaConfig(**common, rope_theta=50000.0, tie_word_embeddings=False)))
@@ -98,7 +105,9 @@ def test_sampled_logprobs_equal_a_full_forward(family):
     model = _tiny(family)
     prompts = _prompts()
     temp = 0.7
-    out = FastSampler(DecoderLM(model)).sample(prompts, 4, max_new_tokens=30, temperature=temp, top_p=0.9, eos_ids=EOS, seed=3)
+    out = FastSampler(DecoderLM(model)).sample(
+        prompts, 4, max_new_tokens=30, temperature=temp, top_p=0.9, eos_ids=EOS, seed=3
+    )
     worst, n = 0.0, 0
     for p, group, lps in zip(prompts, out.tokens, out.logprobs):
         for r, lp in zip(group, lps):
@@ -117,7 +126,11 @@ def _chi_square_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
     exp = probs[keep] * counts.sum()
     stat = float(((counts[keep] - exp) ** 2 / exp).sum())
     dof = int(keep.sum()) - 1
-    return float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64), torch.tensor(stat / 2.0, dtype=torch.float64)))
+    return float(
+        torch.special.gammaincc(
+            torch.tensor(dof / 2.0, dtype=torch.float64), torch.tensor(stat / 2.0, dtype=torch.float64)
+        )
+    )
 
 
 def _warped(logits: torch.Tensor, temp: float, top_p: float) -> torch.Tensor:
@@ -151,7 +164,9 @@ def test_sampler_first_tokens_follow_the_model_distribution():
     with torch.no_grad():
         logits = model(torch.tensor([prompt])).logits[0, -1].float()
     target = _warped(logits, temp, top_p)
-    out = FastSampler(DecoderLM(model)).sample([prompt], n, max_new_tokens=1, temperature=temp, top_p=top_p, eos_ids=[0], seed=5)
+    out = FastSampler(DecoderLM(model)).sample(
+        [prompt], n, max_new_tokens=1, temperature=temp, top_p=top_p, eos_ids=[0], seed=5
+    )
     first = torch.tensor([r[0] for r in out.tokens[0]])
     counts = torch.bincount(first, minlength=logits.shape[0]).double()
     assert counts[target == 0].sum() == 0
@@ -261,7 +276,12 @@ def test_unsupported_models_are_named():
 # ---- the generation backend ---------------------------------------------------------------------------
 def _conversations():
     eps = tc.episodes()
-    return [tc.first_prompt(eps[0]), [{"role": "user", "content": "find a Apple"}], tc.first_prompt(eps[3]), tc.first_prompt(eps[1])]
+    return [
+        tc.first_prompt(eps[0]),
+        [{"role": "user", "content": "find a Apple"}],
+        tc.first_prompt(eps[3]),
+        tc.first_prompt(eps[1]),
+    ]
 
 
 @pytest.mark.parametrize("which", ["fitted", "untrained"])
@@ -277,7 +297,9 @@ def test_fast_backend_equals_hf_backend_greedy(which):
 
 def test_fast_backend_samples_reproducibly_and_rejects_vision_models():
     assert backend_class("fast") is FastGenerator
-    gen = make_generator(tc.text_model(), GenerationConfig(backend="fast", max_new_tokens=20, batch_size=2, device="cpu"))
+    gen = make_generator(
+        tc.text_model(), GenerationConfig(backend="fast", max_new_tokens=20, batch_size=2, device="cpu")
+    )
     a = gen.complete(_conversations(), temperature=0.8, n=3, seed=4)
     b = gen.complete(_conversations(), temperature=0.8, n=3, seed=4)
     assert a == b
@@ -291,4 +313,6 @@ def test_chi_square_helper_rejects_a_wrong_distribution():
     counts = torch.tensor([500.0, 500.0])
     assert _chi_square_p(counts, torch.tensor([0.5, 0.5], dtype=torch.float64)) == pytest.approx(1.0)
     assert _chi_square_p(counts, torch.tensor([0.6, 0.4], dtype=torch.float64)) < 1e-6
-    assert math.isfinite(_chi_square_p(torch.tensor([3.0, 1.0, 0.0]), torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64)))
+    assert math.isfinite(
+        _chi_square_p(torch.tensor([3.0, 1.0, 0.0]), torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64))
+    )

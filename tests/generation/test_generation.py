@@ -4,7 +4,6 @@ checkpoints (batching with left padding, greedy vs sampling, finish reasons, ima
 from __future__ import annotations
 
 import pytest
-import tiny_checkpoints as tc
 from PIL import Image
 
 from embodied_rft.config import ConfigError, build
@@ -16,6 +15,7 @@ from embodied_rft.generation import (
     text_only,
 )
 from embodied_rft.generation.hf import HFGenerator
+from tests.helpers import tiny_checkpoints as tc
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -99,7 +99,7 @@ def test_greedy_batched_with_left_padding_equals_one_by_one(text_gen):
 
 
 def test_untrained_model_runs_to_the_token_limit(text_gen):
-    (c,), = text_gen.complete([_prompts()[1]], max_new_tokens=5)
+    ((c,),) = text_gen.complete([_prompts()[1]], max_new_tokens=5)
     assert (c.finish_reason, c.completion_tokens) == ("length", 5)
 
 
@@ -127,7 +127,7 @@ def test_bad_call_arguments(text_gen):
 def test_fitted_model_reproduces_the_expert_answer_and_stops():
     gen = make_generator(tc.fitted_model(), GenerationConfig(max_new_tokens=300, device="cpu"))
     ep = tc.episodes()[0]
-    (c,), = gen.complete([tc.first_prompt(ep)])
+    ((c,),) = gen.complete([tc.first_prompt(ep)])
     assert c.text == tc.expert_response(ep)
     assert c.finish_reason == "stop"
     assert c.completion_tokens < 300
@@ -137,14 +137,17 @@ def test_vision_model_takes_images_through_the_processor():
     gen = make_generator(tc.vl_model(), GenerationConfig(max_new_tokens=4, device="cpu"))
     assert gen.supports_images
     msgs = [{"role": "user", "content": "Observation: <image>\nPlan the remaining actions."}]
-    (with_img,), = gen.complete([msgs], images=[RED])
-    (without,), = gen.complete([[{"role": "user", "content": "Observation: \nPlan the remaining actions."}]])
+    ((with_img,),) = gen.complete([msgs], images=[RED])
+    ((without,),) = gen.complete([[{"role": "user", "content": "Observation: \nPlan the remaining actions."}]])
     # the image became vision tokens in the prompt (112x112 max -> at most 16 merged tokens + 2 markers)
     assert with_img.prompt_tokens > without.prompt_tokens
     assert with_img.completion_tokens == 4
     # a mixed batch (images of two sizes, one prompt without) is left-padded like a text batch
-    convs = [msgs, [{"role": "system", "content": "A longer system prompt, so the rows differ in length."}, *msgs],
-             [{"role": "user", "content": "no image here"}]]
+    convs = [
+        msgs,
+        [{"role": "system", "content": "A longer system prompt, so the rows differ in length."}, *msgs],
+        [{"role": "user", "content": "no image here"}],
+    ]
     imgs = [RED, Image.new("RGB", (100, 60), (0, 0, 255)), None]
     batched = gen.complete(convs, images=imgs)
     single = [gen.complete([c], images=None if i is None else [i])[0] for c, i in zip(convs, imgs, strict=True)]

@@ -19,10 +19,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import tiny_checkpoints as tc
+
+from tests.helpers import tiny_checkpoints as tc
 
 REPO = Path(__file__).resolve().parents[2]
-PROBE = Path(__file__).with_name("vllm_probe.py")
+PROBE = REPO / "tests" / "helpers" / "vllm_probe.py"
 
 
 def _vllm_python() -> Path | None:
@@ -46,7 +47,7 @@ def _run(py: Path, req: dict, tmp_path: Path) -> list[list[dict]]:
     proc = subprocess.run([str(py), str(PROBE), str(path)], capture_output=True, text=True, timeout=900, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"vllm probe failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}"
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 @pytest.mark.slow

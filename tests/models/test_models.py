@@ -11,8 +11,8 @@ import torch
 from PIL import Image
 
 from embodied_rft.config import ConfigError, build
+from embodied_rft.core.atomic import atomic_directory
 from embodied_rft.models import ModelConfig, ModelNotAvailableError, build_base_model, load_model
-from embodied_rft.models.atomic import atomic_directory
 from embodied_rft.models.chat_template import chatml_template
 from embodied_rft.train.sft.synthetic import synthetic_records
 
@@ -98,7 +98,10 @@ def test_phrase_tokenizer_keeps_names_and_numbers_apart_and_survives_a_reload(tm
     # the answer's "Book" share tokens; the rest splits only after ", " ". " "; " ": " and line breaks
     assert pieces == ["1", ". ", "54", " find a ", "Book", ": ", "ok, ", '"pick up the ', "Book_2", '"'], pieces
     assert "".join(pieces) == text
-    assert tok.convert_ids_to_tokens(tok("Book").input_ids) == tok.convert_ids_to_tokens(tok(" find a Book").input_ids)[-len(tok("Book").input_ids):]
+    assert (
+        tok.convert_ids_to_tokens(tok("Book").input_ids)
+        == tok.convert_ids_to_tokens(tok(" find a Book").input_ids)[-len(tok("Book").input_ids) :]
+    )
     with pytest.raises(ValueError, match="pre_split"):
         from embodied_rft.models.tokenizer import train_tokenizer
 
@@ -142,7 +145,10 @@ def test_chat_template_renders_chatml_and_masks_only_the_answer(tiny_dir: Path) 
         {"role": "assistant", "content": '{"a": 1}'},
     ]
     text = tok.apply_chat_template(msgs, tokenize=False)
-    assert text == '<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n{"a": 1}<|im_end|>\n'
+    assert (
+        text
+        == '<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n{"a": 1}<|im_end|>\n'
+    )
     prompt = tok.apply_chat_template(msgs[:2], tokenize=False, add_generation_prompt=True)
     assert text.startswith(prompt) and prompt.endswith("<|im_start|>assistant\n")
     out = tok.apply_chat_template(msgs, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
@@ -150,7 +156,9 @@ def test_chat_template_renders_chatml_and_masks_only_the_answer(tiny_dir: Path) 
     assert tok.decode([i for i, m in zip(ids, mask) if m]) == '{"a": 1}<|im_end|>'
     assert tok.decode([i for i, m in zip(ids, mask) if not m]) == prompt + "\n"
     with pytest.raises(Exception, match="no vision tower"):
-        tok.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "x"}]}], tokenize=False)
+        tok.apply_chat_template(
+            [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "x"}]}], tokenize=False
+        )
 
 
 def test_default_system_prompt_is_inserted_only_when_missing(tiny_dir: Path) -> None:
@@ -198,7 +206,9 @@ def test_tiny_vl_runs_real_pixels_through_the_vision_tower(tiny_vl_dir: Path) ->
 
 
 def test_pretrained_kind_copies_a_local_checkpoint_and_sets_pixels(tmp_path: Path, tiny_vl_dir: Path) -> None:
-    cfg = ModelConfig(name="local", kind="pretrained", path=str(tiny_vl_dir), chat_template="model", image_max_pixels=6272)
+    cfg = ModelConfig(
+        name="local", kind="pretrained", path=str(tiny_vl_dir), chat_template="model", image_max_pixels=6272
+    )
     out = build_base_model(cfg, iter(()), tmp_path / "base")
     assert (out / "model.safetensors").is_file() and (out / "embodied_rft_model.json").is_file()
     model, proc = load_model(out)
@@ -206,7 +216,11 @@ def test_pretrained_kind_copies_a_local_checkpoint_and_sets_pixels(tmp_path: Pat
     for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
         assert torch.equal(p, q), n
     assert proc.image_processor.size["longest_edge"] == 6272
-    enc = proc(text=["<|vision_start|><|image_pad|><|vision_end|>x"], images=[Image.new("RGB", (160, 120))], return_tensors="pt")
+    enc = proc(
+        text=["<|vision_start|><|image_pad|><|vision_end|>x"],
+        images=[Image.new("RGB", (160, 120))],
+        return_tensors="pt",
+    )
     thw = enc["image_grid_thw"][0].tolist()
     assert thw[1] * thw[2] * 14 * 14 <= 6272
     # the source checkpoint is untouched (its small files were copied, not linked and rewritten)
@@ -309,5 +323,5 @@ def test_smollm2_converts_to_a_checkpoint_that_answers(tmp_path: Path) -> None:
     assert prompt.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
     enc = tok(prompt, return_tensors="pt", add_special_tokens=False)
     out_ids = model.generate(**enc, max_new_tokens=8, do_sample=False)
-    answer = tok.decode(out_ids[0, enc.input_ids.shape[1]:], skip_special_tokens=True)
+    answer = tok.decode(out_ids[0, enc.input_ids.shape[1] :], skip_special_tokens=True)
     assert "Paris" in answer  # pretrained knowledge survived de-quantisation

@@ -33,7 +33,6 @@ from embodied_rft.config import ConfigError, build
 from embodied_rft.data.jsonl import DataError
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "train"))
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +71,10 @@ SAMPLE_CASES = {
     "label_is_object": (_set("label", {"gold": [[0, "find a Apple"]]}), r"field 'label' must be str, got dict"),
     "label_missing": (lambda s: s.pop("label"), r"missing field 'label'"),
     "image_is_number": (_set("image", 5), r"field 'image' must be a relative path or null"),
-    "image_file_missing": (_set("image", "images/ep0_1.png"), r"field 'image': .*images/ep0_1\.png not found; re-run `decompose`"),
+    "image_file_missing": (
+        _set("image", "images/ep0_1.png"),
+        r"field 'image': .*images/ep0_1\.png not found; re-run `decompose`",
+    ),
     "line_cut_short": (None, r"invalid JSON"),
 }
 
@@ -85,7 +87,7 @@ def _distill(path: Path, tmp: Path) -> None:
 
 def _grpo(path: Path, tmp: Path) -> None:
     from embodied_rft.train.grpo.config import GRPOConfig
-    from embodied_rft.train.grpo.engine import run_grpo_local
+    from embodied_rft.train.grpo.driver import run_grpo_local
 
     # no policy at this path: the samples must be refused before any model is loaded
     run_grpo_local(GRPOConfig(), tmp / "no-model", path, path, tmp / "out", tmp / "m.json", tmp / "p.csv", tmp / "work")
@@ -109,7 +111,11 @@ def test_bad_decomposed_sample_is_named_by_file_line_and_field(consumer, case, s
     if mutate is not None:
         mutate(recs[1])
     path = _lines(tmp_path / "decomposed" / "val.jsonl", recs, cut_last=mutate is None)
-    kw = {"episodes_path": _lines(tmp_path / "episodes" / "valid_seen.jsonl", episodes)} if consumer == "evaluate" else {}
+    kw = (
+        {"episodes_path": _lines(tmp_path / "episodes" / "valid_seen.jsonl", episodes)}
+        if consumer == "evaluate"
+        else {}
+    )
     with pytest.raises(DataError, match=rf"val\.jsonl:2: {message}"):
         SAMPLE_CONSUMERS[consumer](path, tmp_path, **kw)
     # refused before anything was written where the next stage reads
@@ -140,6 +146,7 @@ def test_missing_images_are_refused_for_a_text_teacher_too(samples, tmp_path):
 def _plan(j, value):
     def f(ep):
         ep["expert_plan"][j] = value
+
     return f
 
 
@@ -147,10 +154,19 @@ EPISODE_CASES = {
     "task_type_is_number": (_set("task_type", 7), r"field 'task_type' must be str"),
     "task_type_unknown": (_set("task_type", "make_coffee"), r"field 'task_type': unknown task type 'make_coffee'"),
     "goal_missing": (lambda e: e.pop("goal"), r"missing field 'goal'"),
-    "object_not_a_mapping": (lambda e: e["scene"]["objects"].__setitem__(0, "Mug"), r"field 'scene\.objects\[0\]' must be an object"),
+    "object_not_a_mapping": (
+        lambda e: e["scene"]["objects"].__setitem__(0, "Mug"),
+        r"field 'scene\.objects\[0\]' must be an object",
+    ),
     "action_is_an_id": (_plan(1, 80), r"field 'expert_plan\[1\]' must be an action name string, got int"),
-    "action_unknown": (_plan(1, "teleport to the Fridge"), r"field 'expert_plan\[1\]': unknown action 'teleport to the Fridge'.*dvc repro -f prepare"),
-    "instance_not_in_scene": (_plan(1, "find a Cabinet_9"), r"field 'expert_plan\[1\]': unknown action 'find a Cabinet_9'"),
+    "action_unknown": (
+        _plan(1, "teleport to the Fridge"),
+        r"field 'expert_plan\[1\]': unknown action 'teleport to the Fridge'.*dvc repro -f prepare",
+    ),
+    "instance_not_in_scene": (
+        _plan(1, "find a Cabinet_9"),
+        r"field 'expert_plan\[1\]': unknown action 'find a Cabinet_9'",
+    ),
     "plan_empty": (_set("expert_plan", []), r"field 'expert_plan' is empty"),
 }
 
@@ -159,8 +175,13 @@ def _decompose(ep_dir: Path, tmp: Path) -> None:
     from embodied_rft.data.decompose import DecomposeConfig, run_decompose
     from embodied_rft.data.prompt import PromptConfig
 
-    run_decompose(DecomposeConfig(train_split="valid_seen", val_split="valid_seen"), PromptConfig(), ep_dir,
-                  tmp / "decomposed", tmp / "decompose.json")
+    run_decompose(
+        DecomposeConfig(train_split="valid_seen", val_split="valid_seen"),
+        PromptConfig(),
+        ep_dir,
+        tmp / "decomposed",
+        tmp / "decompose.json",
+    )
 
 
 def _evaluate_episodes(ep_dir: Path, tmp: Path) -> None:
@@ -184,7 +205,9 @@ def test_an_unreplayable_expert_plan_names_the_episode_line(episodes, tmp_path):
     plan = recs[2]["expert_plan"]
     plan.insert(0, plan[1])  # act on an object before finding it: a known action that fails in the simulator
     _lines(tmp_path / "episodes" / "valid_seen.jsonl", recs)
-    with pytest.raises(DataError, match=r"valid_seen\.jsonl:3: episode \S+: expert_plan\[0\] .* failed in the simulator"):
+    with pytest.raises(
+        DataError, match=r"valid_seen\.jsonl:3: episode \S+: expert_plan\[0\] .* failed in the simulator"
+    ):
         _decompose(tmp_path / "episodes", tmp_path)
 
 
@@ -217,7 +240,10 @@ DAMAGE = {
     "weights_cut_in_half": (lambda d: _cut(d / "model.safetensors"), r"model\.safetensors: .*cut short"),
     "weights_cut_to_5_bytes": (lambda d: _cut(d / "model.safetensors", 5), r"model\.safetensors: 5 bytes: too short"),
     "weights_empty": (lambda d: _cut(d / "model.safetensors", 0), r"model\.safetensors: 0 bytes"),
-    "weights_header_cut": (lambda d: _cut(d / "model.safetensors", 40), r"model\.safetensors: header of \d+ bytes runs past"),
+    "weights_header_cut": (
+        lambda d: _cut(d / "model.safetensors", 40),
+        r"model\.safetensors: header of \d+ bytes runs past",
+    ),
     "weights_missing": (lambda d: (d / "model.safetensors").unlink(), r"no weights \(model\.safetensors\)"),
     "config_cut": (lambda d: _cut(d / "config.json"), r"config\.json: not valid JSON"),
     "config_missing": (lambda d: (d / "config.json").unlink(), r"no config\.json"),
@@ -227,7 +253,7 @@ DAMAGE = {
 
 @pytest.fixture(scope="module")
 def checkpoint() -> Path:
-    from grpo_fixtures import base_policy  # a tiny Qwen2 + tokenizer, cached on disk across test runs
+    from tests.helpers.grpo_fixtures import base_policy  # a tiny Qwen2 + tokenizer, cached on disk across test runs
 
     return base_policy()
 
@@ -257,8 +283,16 @@ def test_evaluate_checks_every_checkpoint_before_playing(checkpoint, episodes, t
     _cut(bad / "model.safetensors")
     eps = _lines(tmp_path / "episodes" / "valid_seen.jsonl", episodes)
     with pytest.raises(DamagedCheckpointError, match=r"grpo/model\.safetensors: .*cut short"):
-        run_evaluate(EvalConfig(max_offline_samples=0), {"sft": good, "grpo": bad}, [eps], None, tmp_path / "eval.json",
-                     tmp_path / "eval.md", tmp_path / "plots", tmp_path / "work")
+        run_evaluate(
+            EvalConfig(max_offline_samples=0),
+            {"sft": good, "grpo": bad},
+            [eps],
+            None,
+            tmp_path / "eval.json",
+            tmp_path / "eval.md",
+            tmp_path / "plots",
+            tmp_path / "work",
+        )
     # the good model was not evaluated first only to fail on the second: nothing was played
     assert not (tmp_path / "work").exists() and not (tmp_path / "eval.json").exists()
 
@@ -275,8 +309,13 @@ def fresh_params(tmp_path_factory) -> Path:
 
 
 def _check(params: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "embodied_rft.params", "--check", "--out", str(params), "--conf",
-                           str(REPO / "conf")], capture_output=True, text=True, cwd=REPO, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "embodied_rft.params", "--check", "--out", str(params), "--conf", str(REPO / "conf")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
 
 
 def test_a_hand_edited_params_yaml_is_caught_naming_the_key(fresh_params, tmp_path):
@@ -308,9 +347,24 @@ def test_a_stage_run_on_params_with_an_unknown_key_fails_naming_it(fresh_params,
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     r = subprocess.run(
-        [sys.executable, "-m", "stages.decompose", "--config-dir", str(tmp_path), "--config-name", "params", "hydra.run.dir=.",
-         "hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "stages.decompose",
+            "--config-dir",
+            str(tmp_path),
+            "--config-name",
+            "params",
+            "hydra.run.dir=.",
+            "hydra.output_subdir=null",
+            "hydra/job_logging=disabled",
+            "hydra/hydra_logging=disabled",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
     )
     assert r.returncode != 0
     assert "decompose.max_train_sample: unknown key; did you mean 'max_train_samples'?" in r.stderr, r.stderr[-2000:]

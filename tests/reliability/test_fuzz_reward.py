@@ -21,15 +21,48 @@ from hypothesis import strategies as st
 
 from embodied_rft import reward
 from embodied_rft.data.response import format_response, parse_response
-from embodied_rft.reward import REWARDS, format_label
+from embodied_rft.reward import REWARDS
+from embodied_rft.schema import format_label
 from embodied_rft.world.actions import ActionSpace
 
 TIME_CAP_S = 0.05
 GUARD_MESSAGES = ("failed unexpectedly", "failed on response", "could not read label")
 SPACE = ActionSpace.for_instances(["Cabinet", "Cabinet_2", "Drawer", "Drawer_2", "Drawer_3"])
-JUNK = list('{}[]",:\\\'\n\t\r `') + ["\x00", "\ud800", "\u2028", "é", "☕", "```json", "NaN", "true", "null", "-", "e9", "'"]
-ODD_VALUES = [None, True, False, 0, -1, 3.0, 1e400, -1e400, float("nan"), "", "12", "x" * 300, [], {}, [[[[1]]]],
-              {"action_id": 1}, 10**30, -(10**30), [None] * 50]
+JUNK = list("{}[]\",:\\'\n\t\r `") + [
+    "\x00",
+    "\ud800",
+    "\u2028",
+    "é",
+    "☕",
+    "```json",
+    "NaN",
+    "true",
+    "null",
+    "-",
+    "e9",
+    "'",
+]
+ODD_VALUES = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    3.0,
+    1e400,
+    -1e400,
+    float("nan"),
+    "",
+    "12",
+    "x" * 300,
+    [],
+    {},
+    [[[[1]]]],
+    {"action_id": 1},
+    10**30,
+    -(10**30),
+    [None] * 50,
+]
 
 
 def _seed(rng: random.Random) -> tuple[str, str]:
@@ -63,13 +96,17 @@ def _mutate_text(rng: random.Random, s: str) -> str | bytes:
     if op == 4:
         return s.replace('"', "'") if rng.random() < 0.7 else s.replace("'", '"')
     if op == 5:
-        return rng.choice(["```json\n{}\n```", "Sure, here it is: {} Thanks!", "{}\n\n{}", "<think>{{}}</think>{}"]).format(s, s)
+        return rng.choice(
+            ["```json\n{}\n```", "Sure, here it is: {} Thanks!", "{}\n\n{}", "<think>{{}}</think>{}"]
+        ).format(s, s)
     if op == 6:  # replace a number with something odd
         digits = [m for m in range(len(s)) if s[m].isdigit()]
         if digits:
             m = rng.choice(digits)
-            odd = rng.choice(["NaN", "Infinity", "-Infinity", "1e400", "-0", '"12"', "true", "null", "3.0", "9" * 5000, "[1]"])
-            return s[:m] + odd + s[m + 1:]
+            odd = rng.choice(
+                ["NaN", "Infinity", "-Infinity", "1e400", "-0", '"12"', "true", "null", "3.0", "9" * 5000, "[1]"]
+            )
+            return s[:m] + odd + s[m + 1 :]
         return s
     if op == 7:
         return s.swapcase() if rng.random() < 0.5 else s.lower()
@@ -114,7 +151,9 @@ def _inputs(n: int, seed: int):
         if r < 0.55:
             response: object = text
             for _ in range(rng.randint(1, 3)):
-                response = _mutate_text(rng, response if isinstance(response, str) else response.decode("utf-8", "replace"))
+                response = _mutate_text(
+                    rng, response if isinstance(response, str) else response.decode("utf-8", "replace")
+                )
         elif r < 0.85:
             tree = _mutate_tree(rng, json.loads(text))
             response = tree if rng.random() < 0.3 else json.dumps(tree)
@@ -137,7 +176,9 @@ def _check(response: object, label: object) -> float:
             dt = min(dt, *(_time(fn, response, label) for _ in range(3)))
         worst = max(worst, dt)
         assert 0.0 <= b.total <= 1.5, (response, label, b)
-        assert -0.25 <= b.accuracy <= 1.0 and 0 <= b.structure <= 0.125 and 0 <= b.valid <= 0.125 and 0 <= b.match <= 0.25
+        assert (
+            -0.25 <= b.accuracy <= 1.0 and 0 <= b.structure <= 0.125 and 0 <= b.valid <= 0.125 and 0 <= b.match <= 0.25
+        )
         assert b.accuracy_full in (0.0, 1.0) and not math.isnan(b.total)
         assert fn(response, label) == b  # deterministic
     return worst
@@ -171,7 +212,7 @@ def _run_mutations(n: int, seed: int, caplog) -> dict:
 hyp_text = st.one_of(
     st.text(max_size=400),
     st.binary(max_size=400),
-    st.text(alphabet='{}[]",:\\\' \n0123456789.-eEtrufalsnNI', max_size=400),
+    st.text(alphabet="{}[]\",:\\' \n0123456789.-eEtrufalsnNI", max_size=400),
     st.lists(
         st.sampled_from(JUNK + ['"action_id"', '"action_name"', '"executable_plan"', "find a Mug", "14"]), max_size=60
     ).map("".join),

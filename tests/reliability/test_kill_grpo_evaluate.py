@@ -11,29 +11,37 @@ A fast test checks that what a save killed midway leaves (its temp folder) is re
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from killing import kill_repeatedly, kill_rng, run_to_end, whole_json, whole_jsonl, whole_model
 
-TESTS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(TESTS / "train"))
-sys.path.insert(0, str(TESTS / "generation"))
-import tiny_checkpoints as tc  # noqa: E402
-from grpo_fixtures import grpo_samples, sft_policy, write_jsonl  # noqa: E402
-
-from embodied_rft.config import build  # noqa: E402
-from embodied_rft.models import load_model  # noqa: E402
+from embodied_rft.config import build
+from embodied_rft.models import load_model
+from tests.helpers import tiny_checkpoints as tc
+from tests.helpers.grpo_fixtures import grpo_samples, sft_policy, write_jsonl
+from tests.helpers.killing import kill_repeatedly, kill_rng, run_to_end, whole_json, whole_jsonl, whole_model
 
 # 4 prompts, G = 4, N_B = 2, K_2 = 2: a checkpoint after every buffer (2 updates), held-out eval before/after
 GRPO_CFG = {
-    "group_size": 4, "temperature": 1.0, "max_new_tokens": 80, "max_prompt_tokens": 256, "rollout_batch_size": 2,
-    "lr": 1e-4, "lr_scheduler": "constant_with_warmup", "warmup_ratio": 0.0,
-    "filter": {"buffer_size": 2, "updates_per_buffer": 2}, "train_batch_size": 4, "micro_batch_size": 4,
-    "max_updates": 6, "num_episodes": 20, "save_every": 2, "report_to": [], "eval_max_samples": 2,
-    "eval_batch_size": 2, "num_threads": 1,
+    "group_size": 4,
+    "temperature": 1.0,
+    "max_new_tokens": 80,
+    "max_prompt_tokens": 256,
+    "rollout_batch_size": 2,
+    "lr": 1e-4,
+    "lr_scheduler": "constant_with_warmup",
+    "warmup_ratio": 0.0,
+    "filter": {"buffer_size": 2, "updates_per_buffer": 2},
+    "train_batch_size": 4,
+    "micro_batch_size": 4,
+    "max_updates": 6,
+    "num_episodes": 20,
+    "save_every": 2,
+    "report_to": [],
+    "eval_max_samples": 2,
+    "eval_batch_size": 2,
+    "num_threads": 1,
 }
 
 GRPO = r"""
@@ -45,7 +53,7 @@ torch.set_num_threads(1)
 logging.basicConfig(level=logging.INFO)
 from embodied_rft.config import build
 from embodied_rft.train.grpo.config import GRPOConfig
-from embodied_rft.train.grpo.engine import run_grpo_local
+from embodied_rft.train.grpo.driver import run_grpo_local
 cfg = build(GRPOConfig, json.loads(sys.argv[1]), "grpo")
 root = Path(sys.argv[4])
 print("READY", flush=True)
@@ -56,10 +64,18 @@ run_grpo_local(cfg, sys.argv[2], sys.argv[3], sys.argv[3], root / "out", root / 
 
 def _grpo_in_process(root: Path, policy: Path, data: Path) -> dict:
     from embodied_rft.train.grpo.config import GRPOConfig
-    from embodied_rft.train.grpo.engine import run_grpo_local
+    from embodied_rft.train.grpo.driver import run_grpo_local
 
-    return run_grpo_local(build(GRPOConfig, GRPO_CFG, "grpo"), policy, data, data, root / "out", root / "metrics.json",
-                          root / "plots.csv", root / "work")
+    return run_grpo_local(
+        build(GRPOConfig, GRPO_CFG, "grpo"),
+        policy,
+        data,
+        data,
+        root / "out",
+        root / "metrics.json",
+        root / "plots.csv",
+        root / "work",
+    )
 
 
 def _weights(path: Path) -> dict[str, torch.Tensor]:
@@ -121,7 +137,8 @@ def test_grpo_sigkilled_at_random_points_resumes_to_the_uninterrupted_result(tmp
 def test_what_a_save_killed_midway_leaves_is_removed_by_the_next_save(tmp_path):
     """A kill inside a checkpoint or final-model save leaves its temp folder (for a 7B policy: weights plus AdamW
     moments, ~3x the model). The next save clears such folders, and only those."""
-    from embodied_rft.train.grpo.checkpoint import EngineState, load_checkpoint, save_checkpoint, save_pretrained_atomic
+    from embodied_rft.core.atomic import save_pretrained_atomic
+    from embodied_rft.train.grpo.checkpoint import EngineState, load_checkpoint, save_checkpoint
 
     work, models = tmp_path / "work", tmp_path / "models"
     dead = [work / ".ckpt-0000002.k3x9q1zz", models / ".grpo.a1b2c3d4", models / ".grpo.old-4242"]
@@ -162,8 +179,13 @@ run_evaluate(cfg, models, [sys.argv[3]], sys.argv[4], root / "eval.json", root /
              prompt_cfg=PromptConfig(style="compact", action_list="extras"))
 """
 
-EVAL_CFG = {"max_episodes": 0, "max_planner_calls": 3, "max_offline_samples": 2, "episodes_per_task": 1,
-            "generation": {"max_new_tokens": 60, "device": "cpu"}}
+EVAL_CFG = {
+    "max_episodes": 0,
+    "max_planner_calls": 3,
+    "max_offline_samples": 2,
+    "episodes_per_task": 1,
+    "generation": {"max_new_tokens": 60, "device": "cpu"},
+}
 
 
 @pytest.mark.slow
@@ -182,8 +204,17 @@ def test_evaluate_sigkilled_at_random_points_resumes_to_the_same_report(tmp_path
 
     def run_ref(root: Path) -> dict:
         with tc.one_thread():
-            return run_evaluate(build(EvalConfig, EVAL_CFG, "evaluate"), models, [ep_path], val, root / "eval.json",
-                                root / "eval.md", root / "plots", root / "work", prompt_cfg=tc.PROMPT)
+            return run_evaluate(
+                build(EvalConfig, EVAL_CFG, "evaluate"),
+                models,
+                [ep_path],
+                val,
+                root / "eval.json",
+                root / "eval.md",
+                root / "plots",
+                root / "work",
+                prompt_cfg=tc.PROMPT,
+            )
 
     t0 = time.monotonic()
     ref = run_ref(tmp_path / "ref")

@@ -12,7 +12,16 @@ import json
 from pathlib import Path
 
 import pytest
-from killing import kill_mid_write, kill_repeatedly, kill_rng, run_to_end, visible_files, whole_json, whole_jsonl
+
+from tests.helpers.killing import (
+    kill_mid_write,
+    kill_repeatedly,
+    kill_rng,
+    run_to_end,
+    visible_files,
+    whole_json,
+    whole_jsonl,
+)
 
 GEN = {"source": "generated", "generator": {"n_train": 150, "n_valid_seen": 30, "n_valid_unseen": 30}}
 SPLITS = ("train", "valid_seen", "valid_unseen")
@@ -48,7 +57,7 @@ def test_prepare_killed_mid_write_and_at_random_leaves_no_partial_file(tmp_path)
         root = tmp_path / mode
         out = root / "episodes"
 
-        def watch() -> None:
+        def watch(out: Path = out, root: Path = root) -> None:  # bound now: called within this iteration only
             for s in SPLITS:
                 whole_jsonl(out / f"{s}.jsonl", want[s])
             whole_json(root / "prepare.json")
@@ -70,13 +79,15 @@ def test_prepare_killed_mid_write_and_at_random_leaves_no_partial_file(tmp_path)
         run_to_end(PREPARE, _prepare_args(root), root / "rerun.log")
         for s in SPLITS:
             assert (out / f"{s}.jsonl").read_bytes() == want[s], (mode, s, replay)
-        assert json.loads((root / "prepare.json").read_text()) == json.loads((tmp_path / "ref" / "prepare.json").read_text())
+        assert json.loads((root / "prepare.json").read_text()) == json.loads(
+            (tmp_path / "ref" / "prepare.json").read_text()
+        )
 
 
 @pytest.fixture(scope="module")
 def small_episodes(tmp_path_factory) -> Path:
     """16 train and 4 valid_seen episodes: ~150 samples with a rendered frame each."""
-    from embodied_rft.data.jsonl import write_jsonl_atomic
+    from embodied_rft.core.atomic import write_jsonl_atomic
     from embodied_rft.world.generator import GeneratorConfig, generate_episodes
 
     d = tmp_path_factory.mktemp("episodes")
@@ -101,7 +112,7 @@ def test_decompose_killed_mid_write_and_at_random_leaves_no_partial_file(tmp_pat
         out = root / "decomposed"
         seen: set[str] = set()
 
-        def watch() -> None:
+        def watch(out: Path = out, root: Path = root, seen: set[str] = seen) -> None:  # this iteration's
             for n in ("train", "val"):
                 whole_jsonl(out / f"{n}.jsonl", want[n])
             whole_json(root / "decompose.json")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from killing import kill_repeatedly, kill_rng, run_to_end, whole_json, whole_model
 
 from embodied_rft.train.sft.resume import FINGERPRINT, prepare_work_dir
+from tests.helpers.killing import kill_repeatedly, kill_rng, run_to_end, whole_json, whole_model
 
 FP = {"settings": {"lr": 1}, "model": {}, "data": "x"}
 
@@ -57,8 +57,19 @@ print("READY", flush=True)
 run_sft(cfg, sys.argv[2], sys.argv[3], root + "/sft", root + "/sft.json", root + "/sft_loss.csv", work_dir=root + "/work")
 """
 
-SFT_CFG = {"lr": 2e-3, "max_steps": 10, "batch_size": 4, "grad_accum": 1, "warmup_ratio": 0.2, "logging_steps": 1,
-           "save_steps": 1, "max_len": 384, "num_threads": 1, "device": "cpu", "val": {"max_samples": 0}}
+SFT_CFG = {
+    "lr": 2e-3,
+    "max_steps": 10,
+    "batch_size": 4,
+    "grad_accum": 1,
+    "warmup_ratio": 0.2,
+    "logging_steps": 1,
+    "save_steps": 1,
+    "max_len": 384,
+    "num_threads": 1,
+    "device": "cpu",
+    "val": {"max_samples": 0},
+}
 
 
 @pytest.mark.slow
@@ -66,20 +77,28 @@ def test_sft_sigkilled_at_random_points_resumes_to_the_uninterrupted_result(tmp_
     """~90 s: a checkpoint every step, so random kills land in saves as often as in steps."""
     from embodied_rft.config import build
     from embodied_rft.models import ModelConfig, build_base_model, load_model
-    from embodied_rft.train.sft.trainer import run_sft
     from embodied_rft.train.sft.config import SFTConfig
     from embodied_rft.train.sft.data import corpus_texts, read_sft_records
     from embodied_rft.train.sft.synthetic import write_synthetic_sft
+    from embodied_rft.train.sft.trainer import run_sft
 
     rng, replay = kill_rng("sft")
     data = write_synthetic_sft(tmp_path / "sft.jsonl", 40, seed=0)
-    base = build_base_model(ModelConfig(name="tiny", kind="tiny", vocab_size=800), corpus_texts(read_sft_records(data)),
-                            tmp_path / "base")
+    base = build_base_model(
+        ModelConfig(name="tiny", kind="tiny", vocab_size=800), corpus_texts(read_sft_records(data)), tmp_path / "base"
+    )
     threads = torch.get_num_threads()
     t0 = time.monotonic()
     try:
-        ref = run_sft(build(SFTConfig, SFT_CFG, "sft"), base, data, tmp_path / "ref" / "sft", tmp_path / "ref" / "sft.json",
-                      tmp_path / "ref" / "sft_loss.csv", work_dir=tmp_path / "ref" / "work")
+        ref = run_sft(
+            build(SFTConfig, SFT_CFG, "sft"),
+            base,
+            data,
+            tmp_path / "ref" / "sft",
+            tmp_path / "ref" / "sft.json",
+            tmp_path / "ref" / "sft_loss.csv",
+            work_dir=tmp_path / "ref" / "work",
+        )
     finally:
         torch.set_num_threads(threads)
     work_s = time.monotonic() - t0

@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import socket
-import sys
 import tempfile
 import time
 import uuid
@@ -31,7 +30,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "teacher"))
 
 KEY_ENV = "ERFT_RELIABILITY_TEACHER_KEY"
 
@@ -61,16 +59,15 @@ def _files_with(secret: bytes, roots: list[Path], since: float | None = None) ->
 
 def test_no_file_written_by_distill_and_sft_holds_the_api_key(tmp_path, monkeypatch):
     pytest.importorskip("openai")
-    from fault_server import FaultPlan, FaultServer
-    from teacher_fixtures import make_samples, write_samples
-
     from embodied_rft.config import build
     from embodied_rft.models import ModelConfig, TextArch, build_base_model
     from embodied_rft.teacher import ScriptedConfig, TeacherConfig, run_distill
     from embodied_rft.teacher.scripted import ScriptedTeacher
-    from embodied_rft.train.sft.trainer import run_sft
     from embodied_rft.train.sft.config import SFTConfig, ValSettings
     from embodied_rft.train.sft.data import corpus_texts, read_sft_records
+    from embodied_rft.train.sft.trainer import run_sft
+    from tests.helpers.fault_server import FaultPlan, FaultServer
+    from tests.helpers.teacher_fixtures import make_samples, write_samples
 
     secret = "sk-sentinel-" + uuid.uuid4().hex
     for var in (KEY_ENV, "OPENAI_API_KEY", "HF_TOKEN", "WANDB_API_KEY"):
@@ -80,8 +77,13 @@ def test_no_file_written_by_distill_and_sft_holds_the_api_key(tmp_path, monkeypa
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.delenv("WANDB_MODE", raising=False)  # the SFT config's default (offline) must apply
     wandb_home = tmp_path / "wandb_home"
-    for var, sub in (("WANDB_DIR", "runs"), ("WANDB_CACHE_DIR", "cache"), ("WANDB_CONFIG_DIR", "config"),
-                     ("WANDB_DATA_DIR", "data"), ("WANDB_ARTIFACT_DIR", "artifacts")):
+    for var, sub in (
+        ("WANDB_DIR", "runs"),
+        ("WANDB_CACHE_DIR", "cache"),
+        ("WANDB_CONFIG_DIR", "config"),
+        ("WANDB_DATA_DIR", "data"),
+        ("WANDB_ARTIFACT_DIR", "artifacts"),
+    ):
         monkeypatch.setenv(var, str(wandb_home / sub))
 
     log_file = tmp_path / "logs" / "run.log"
@@ -103,28 +105,70 @@ def test_no_file_written_by_distill_and_sft_holds_the_api_key(tmp_path, monkeypa
         # run logs those bodies (scrubbed) and leaves their samples out
         plan = FaultPlan(seed=3, rate=0.6, kinds=("500", "503", "429ms", "truncated"), max_per_key=2)
         with FaultServer(lambda body: answers[body["messages"][-1]["content"]], plan) as srv:
-            cfg = build(TeacherConfig, {
-                "backend": "openai",
-                "openai": {"base_url": srv.url, "model": "teacher-test", "api_key_env": KEY_ENV, "timeout_s": 2,
-                           "concurrency": 2, "requests_per_minute": 0},
-                "retry": {"max_retries": 1, "backoff_base_s": 0.01, "backoff_max_s": 0.05, "max_total_s": 10},
-            }, "teacher")
+            cfg = build(
+                TeacherConfig,
+                {
+                    "backend": "openai",
+                    "openai": {
+                        "base_url": srv.url,
+                        "model": "teacher-test",
+                        "api_key_env": KEY_ENV,
+                        "timeout_s": 2,
+                        "concurrency": 2,
+                        "requests_per_minute": 0,
+                    },
+                    "retry": {"max_retries": 1, "backoff_base_s": 0.01, "backoff_max_s": 0.05, "max_total_s": 10},
+                },
+                "teacher",
+            )
             sp = write_samples(tmp_path / "data" / "decomposed" / "train.jsonl", samples)
             distilled = tmp_path / "data" / "distilled" / "sft.jsonl"
-            m = run_distill(cfg, sp, distilled, tmp_path / "data" / "teacher_cache", tmp_path / "metrics" / "distill.json")
+            m = run_distill(
+                cfg, sp, distilled, tmp_path / "data" / "teacher_cache", tmp_path / "metrics" / "distill.json"
+            )
             seen_auth = set(srv.stats.auth)
         assert m["accepted"] >= 4 and m["failures"]["gave_up"] > 0  # both paths ran: answers and logged failures
 
         base = build_base_model(
-            ModelConfig(name="tiny", kind="tiny", vocab_size=600,
-                        text=TextArch(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
-                                      max_position_embeddings=4096)),
-            corpus_texts(read_sft_records(distilled)), tmp_path / "models" / "base")
-        sft_cfg = SFTConfig(lr=1e-3, max_steps=2, batch_size=2, grad_accum=1, logging_steps=1, save_steps=1,
-                            max_len=4096, num_threads=1, device="cpu", report_to=("wandb",), keep_checkpoints=True,
-                            val=ValSettings(max_samples=0))
-        sm = run_sft(sft_cfg, base, distilled, tmp_path / "models" / "sft", tmp_path / "metrics" / "sft.json",
-                     tmp_path / "plots" / "sft_loss.csv", work_dir=tmp_path / "work" / "sft")
+            ModelConfig(
+                name="tiny",
+                kind="tiny",
+                vocab_size=600,
+                text=TextArch(
+                    hidden_size=64,
+                    num_layers=2,
+                    num_heads=2,
+                    num_kv_heads=1,
+                    intermediate_size=128,
+                    max_position_embeddings=4096,
+                ),
+            ),
+            corpus_texts(read_sft_records(distilled)),
+            tmp_path / "models" / "base",
+        )
+        sft_cfg = SFTConfig(
+            lr=1e-3,
+            max_steps=2,
+            batch_size=2,
+            grad_accum=1,
+            logging_steps=1,
+            save_steps=1,
+            max_len=4096,
+            num_threads=1,
+            device="cpu",
+            report_to=("wandb",),
+            keep_checkpoints=True,
+            val=ValSettings(max_samples=0),
+        )
+        sm = run_sft(
+            sft_cfg,
+            base,
+            distilled,
+            tmp_path / "models" / "sft",
+            tmp_path / "metrics" / "sft.json",
+            tmp_path / "plots" / "sft_loss.csv",
+            work_dir=tmp_path / "work" / "sft",
+        )
         assert sm["steps"] == 2
     finally:
         root_logger.removeHandler(handler)
@@ -217,9 +261,17 @@ def _payloads(sentinel: Path) -> dict[str, str]:
     return {
         "bare_call": call,
         "call_as_plan": '{"executable_plan": ' + call + "}",
-        "call_as_action_id": "{" + keys + ', "executable_plan": [{"action_id": eval("' + call.replace("'", "\\'") + '"), "action_name": "find a Apple"}]}',
+        "call_as_action_id": "{"
+        + keys
+        + ', "executable_plan": [{"action_id": eval("'
+        + call.replace("'", "\\'")
+        + '"), "action_name": "find a Apple"}]}',
         "python_literal_with_call": "{'executable_plan': [{'action_id': " + call + ", 'action_name': 'find a Apple'}]}",
-        "call_in_a_string": "{" + keys + ', "executable_plan": [{"action_id": "' + call + '", "action_name": "find a Apple"}]}',
+        "call_in_a_string": "{"
+        + keys
+        + ', "executable_plan": [{"action_id": "'
+        + call
+        + '", "action_name": "find a Apple"}]}',
         "fenced_python": "```python\nimport os\nos.system('" + cmd + "')\n```",
         "yaml_tag": "!!python/object/apply:os.system ['" + cmd + "']",
         "pickle_opcodes": "cos\nsystem\n(S'" + cmd + "'\ntR.",
@@ -263,7 +315,11 @@ def test_model_outputs_with_code_score_zero_and_run_nothing(tmp_path, monkeypatc
             rb = reward.score(text, label, variant)
             # the one well-formed JSON object (code inside a string) earns its format credit, nothing else
             structure = 0.125 if name == "call_in_a_string" else 0.0
-            assert (rb.total, rb.structure, rb.accuracy, rb.valid, rb.match) == (structure, structure, 0, 0, 0), (name, variant, rb)
+            assert (rb.total, rb.structure, rb.accuracy, rb.valid, rb.match) == (structure, structure, 0, 0, 0), (
+                name,
+                variant,
+                rb,
+            )
         obj = parse_response(text)
         assert obj is None or json.loads(json.dumps(obj)) == obj, name  # plain JSON data if anything
         status, ids = read_plan(text, 300)
@@ -280,8 +336,14 @@ def test_model_outputs_with_code_score_zero_and_run_nothing(tmp_path, monkeypatc
         def plan(self, messages_batch, images=None, contexts=None):
             return [list(payloads.values())[c.call_index % len(payloads)] for c in contexts]
 
-    (rec,) = list(run_lockstep([ep], Hostile(), PromptConfig(style="compact", action_list="extras"),
-                               EpisodeLimits(max_planner_calls=len(payloads))))
+    (rec,) = list(
+        run_lockstep(
+            [ep],
+            Hostile(),
+            PromptConfig(style="compact", action_list="extras"),
+            EpisodeLimits(max_planner_calls=len(payloads)),
+        )
+    )
     assert rec["env_steps"] == 0 and rec["parse_failures"] == len(payloads) and not rec["success"]
 
     # a label is read as a literal too (RR labels are Python literals): a call in it is refused, not run
@@ -295,8 +357,16 @@ def test_model_outputs_with_code_score_zero_and_run_nothing(tmp_path, monkeypatc
 
 
 _FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__"}
-_FORBIDDEN_ATTRS = {("os", "system"), ("os", "popen"), ("pickle", "loads"), ("pickle", "load"), ("marshal", "loads"),
-                    ("yaml", "load"), ("yaml", "unsafe_load"), ("yaml", "full_load")}
+_FORBIDDEN_ATTRS = {
+    ("os", "system"),
+    ("os", "popen"),
+    ("pickle", "loads"),
+    ("pickle", "load"),
+    ("marshal", "loads"),
+    ("yaml", "load"),
+    ("yaml", "unsafe_load"),
+    ("yaml", "full_load"),
+}
 
 
 def test_no_reader_in_src_evaluates_text():
@@ -311,7 +381,11 @@ def test_no_reader_in_src_evaluates_text():
             fn = node.func
             if isinstance(fn, ast.Name) and fn.id in _FORBIDDEN_CALLS:
                 found.append(f"{f.relative_to(REPO)}:{node.lineno}: {fn.id}()")
-            elif isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name) and (fn.value.id, fn.attr) in _FORBIDDEN_ATTRS:
+            elif (
+                isinstance(fn, ast.Attribute)
+                and isinstance(fn.value, ast.Name)
+                and (fn.value.id, fn.attr) in _FORBIDDEN_ATTRS
+            ):
                 found.append(f"{f.relative_to(REPO)}:{node.lineno}: {fn.value.id}.{fn.attr}()")
             for kw in node.keywords:
                 if kw.arg == "shell" and not (isinstance(kw.value, ast.Constant) and kw.value.value is False):

@@ -14,21 +14,18 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "teacher"))
 pytest.importorskip("openai")
-
-from fault_server import FaultPlan, FaultServer  # noqa: E402
-from teacher_fixtures import make_samples, write_samples  # noqa: E402
 
 from embodied_rft.config import build  # noqa: E402
 from embodied_rft.teacher import ScriptedConfig, TeacherConfig, run_distill  # noqa: E402
 from embodied_rft.teacher.scripted import ScriptedTeacher  # noqa: E402
+from tests.helpers.fault_server import FaultPlan, FaultServer  # noqa: E402
+from tests.helpers.teacher_fixtures import make_samples, write_samples  # noqa: E402
 
 KEY_ENV = "ERFT_STORM_TEST_KEY"
 SAMPLES = make_samples(8)[:30]
@@ -49,13 +46,29 @@ def _answers(samples):
 
 
 def _distill(tmp: Path, url: str, samples, **retry):
-    cfg = build(TeacherConfig, {
-        "backend": "openai",
-        "openai": {"base_url": url, "model": "teacher-test", "api_key_env": KEY_ENV, "timeout_s": 2, "concurrency": 4,
-                   "requests_per_minute": 0},
-        "retry": {"max_retries": 50, "backoff_base_s": 0.05, "backoff_max_s": 0.2, "max_retry_after_s": 5,
-                  "max_total_s": 1.5, **retry},
-    }, "teacher")
+    cfg = build(
+        TeacherConfig,
+        {
+            "backend": "openai",
+            "openai": {
+                "base_url": url,
+                "model": "teacher-test",
+                "api_key_env": KEY_ENV,
+                "timeout_s": 2,
+                "concurrency": 4,
+                "requests_per_minute": 0,
+            },
+            "retry": {
+                "max_retries": 50,
+                "backoff_base_s": 0.05,
+                "backoff_max_s": 0.2,
+                "max_retry_after_s": 5,
+                "max_total_s": 1.5,
+                **retry,
+            },
+        },
+        "teacher",
+    )
     sp = write_samples(tmp / "decomposed" / "train.jsonl", samples)
     out = tmp / "distilled" / "sft.jsonl"
     t0 = time.monotonic()

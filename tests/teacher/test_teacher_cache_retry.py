@@ -17,7 +17,14 @@ from embodied_rft.teacher.config import BudgetConfig, RetryConfig
 from embodied_rft.teacher.openai_backend import parse_retry_after
 from embodied_rft.teacher.redact import MASK, redact, redacting_logs
 from embodied_rft.teacher.retry import (
-    Budget, BudgetExhausted, Counters, GaveUp, RateLimiter, Stopped, backoff_delay, call_with_retry,
+    Budget,
+    BudgetExhausted,
+    Counters,
+    GaveUp,
+    RateLimiter,
+    Stopped,
+    backoff_delay,
+    call_with_retry,
 )
 
 REQ = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.7, "max_tokens": 9}
@@ -42,8 +49,15 @@ def test_cache_key_is_stable_and_sensitive_to_every_input():
 def test_cache_key_digests_inline_images():
     def with_image(data: bytes):
         url = "data:image/png;base64," + __import__("base64").b64encode(data).decode()
-        return {**REQ, "messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "hi"}]}]}
+        return {
+            **REQ,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "hi"}],
+                }
+            ],
+        }
 
     a, b = with_image(b"\x89PNG" + b"a" * 1000), with_image(b"\x89PNG" + b"b" * 1000)
     assert cache_key(a, 0) == cache_key(with_image(b"\x89PNG" + b"a" * 1000), 0)
@@ -60,7 +74,10 @@ def test_cache_put_get_first_answer_wins_and_persists(tmp_path):
     with ResponseCache(tmp_path / "c") as c:
         assert len(c) == 1 and c.get("k").text == "one"
     # at rest the cache is one file (the WAL was folded back on close)
-    assert not (tmp_path / "c" / "answers.sqlite-wal").exists() or (tmp_path / "c" / "answers.sqlite-wal").stat().st_size == 0
+    assert (
+        not (tmp_path / "c" / "answers.sqlite-wal").exists()
+        or (tmp_path / "c" / "answers.sqlite-wal").stat().st_size == 0
+    )
 
 
 def test_cache_threads_store_each_key_exactly_once(tmp_path):
@@ -114,8 +131,13 @@ def _call(fn, cfg=FAST, budget=None, stop=None, rpm=0.0):
     stop = stop or threading.Event()
     counters = Counters()
     out = call_with_retry(
-        fn, cfg=cfg, limiter=RateLimiter(rpm, stop), budget=budget or Budget(BudgetConfig()),
-        counters=counters, stop=stop, rng=random.Random(0),
+        fn,
+        cfg=cfg,
+        limiter=RateLimiter(rpm, stop),
+        budget=budget or Budget(BudgetConfig()),
+        counters=counters,
+        stop=stop,
+        rng=random.Random(0),
     )
     return out, counters
 
@@ -152,8 +174,15 @@ def test_retry_after_is_honoured_and_pauses_everyone():
     fn, calls = _flaky([TeacherError("http_429", "r", retry_after=0.3)])
     stop = threading.Event()
     limiter = RateLimiter(0, stop)
-    out = call_with_retry(fn, cfg=FAST, limiter=limiter, budget=Budget(BudgetConfig()), counters=Counters(),
-                          stop=stop, rng=random.Random(0))
+    out = call_with_retry(
+        fn,
+        cfg=FAST,
+        limiter=limiter,
+        budget=Budget(BudgetConfig()),
+        counters=Counters(),
+        stop=stop,
+        rng=random.Random(0),
+    )
     assert out == "ok" and calls[1] - calls[0] >= 0.29
     # another thread asking right after the 429 waits for the pause too
     t0 = time.monotonic()
@@ -228,10 +257,17 @@ def test_rate_limiter_spaces_requests():
     assert times[-1] >= 0.38 and all(b - a >= 0.08 for a, b in zip(times, times[1:]))
 
 
-@pytest.mark.parametrize("headers,expected", [
-    ({"retry-after": "2"}, 2.0), ({"retry-after": "0.5"}, 0.5), ({"retry-after-ms": "250"}, 0.25),
-    ({"retry-after-ms": "250", "retry-after": "9"}, 0.25), ({}, None), ({"retry-after": "soon"}, None),
-])
+@pytest.mark.parametrize(
+    "headers,expected",
+    [
+        ({"retry-after": "2"}, 2.0),
+        ({"retry-after": "0.5"}, 0.5),
+        ({"retry-after-ms": "250"}, 0.25),
+        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
+        ({}, None),
+        ({"retry-after": "soon"}, None),
+    ],
+)
 def test_parse_retry_after(headers, expected):
     assert parse_retry_after(headers) == expected
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from teacher_fixtures import make_samples, write_samples
 
 from embodied_rft.config import ConfigError, build
 from embodied_rft.data.jsonl import DataError
 from embodied_rft.teacher import TeacherConfig, run_distill
+from tests.helpers.teacher_fixtures import make_samples, write_samples
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = make_samples(16)
@@ -39,7 +39,12 @@ def test_records_are_chat_messages_in_sample_order(tmp_path):
         system, user, assistant = r["messages"]
         assert (system, user) == tuple(s["prompt"]) and assistant["role"] == "assistant"
         resp = json.loads(assistant["content"])
-        assert list(resp) == ["visual_state_description", "reasoning_and_reflection", "language_plan", "executable_plan"]
+        assert list(resp) == [
+            "visual_state_description",
+            "reasoning_and_reflection",
+            "language_plan",
+            "executable_plan",
+        ]
         assert [[p["action_id"], p["action_name"]] for p in resp["executable_plan"]] == json.loads(s["label"])["gold"]
     assert json.loads((tmp_path / "run" / "distill.json").read_text())["accepted"] == len(SAMPLES)
     # the scripted oracle is free and deterministic: no cache file is made
@@ -128,15 +133,18 @@ def test_conf_files_build_and_comment_every_key(name):
         assert cfg.openai.base_url == "https://generativelanguage.googleapis.com/v1beta/openai/"
 
 
-@pytest.mark.parametrize("mapping,msg", [
-    ({"backend": "gemini"}, "teacher.backend: 'gemini' is not one of"),
-    ({"scripted": {"noise": 0.1}}, "teacher.scripted.noise: unknown key; did you mean 'noise_rate'"),
-    ({"scripted": {"noise_rate": 1.5}}, "teacher.scripted.noise_rate: must be in"),
-    ({"openai": {"api_key_env": "sk-abc123-def"}}, "must be an environment variable NAME"),
-    ({"max_attempts": 0}, "teacher.max_attempts: must be >= 1"),
-    ({"min_prefix": 0}, "teacher.min_prefix: must be >= 1 or null"),
-    ({"retry": {"backoff_base_s": 5, "backoff_max_s": 1}}, "teacher.retry.backoff_max_s"),
-])
+@pytest.mark.parametrize(
+    "mapping,msg",
+    [
+        ({"backend": "gemini"}, "teacher.backend: 'gemini' is not one of"),
+        ({"scripted": {"noise": 0.1}}, "teacher.scripted.noise: unknown key; did you mean 'noise_rate'"),
+        ({"scripted": {"noise_rate": 1.5}}, "teacher.scripted.noise_rate: must be in"),
+        ({"openai": {"api_key_env": "sk-abc123-def"}}, "must be an environment variable NAME"),
+        ({"max_attempts": 0}, "teacher.max_attempts: must be >= 1"),
+        ({"min_prefix": 0}, "teacher.min_prefix: must be >= 1 or null"),
+        ({"retry": {"backoff_base_s": 5, "backoff_max_s": 1}}, "teacher.retry.backoff_max_s"),
+    ],
+)
 def test_config_errors_name_the_key(mapping, msg):
     with pytest.raises(ConfigError, match=re.escape(msg)):
         _cfg(**mapping)

@@ -15,8 +15,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from fault_server import FaultPlan, FaultServer
-from teacher_fixtures import make_samples, write_samples
+
+from tests.helpers.fault_server import FaultPlan, FaultServer
+from tests.helpers.teacher_fixtures import make_samples, write_samples
 
 pytest.importorskip("openai")
 
@@ -64,9 +65,23 @@ def _env(monkeypatch):
 def _cfg(url: str, **over) -> TeacherConfig:
     m = {
         "backend": "openai",
-        "openai": {"base_url": url, "model": "teacher-test", "api_key_env": KEY_ENV, "timeout_s": 0.5,
-                   "concurrency": 4, "requests_per_minute": 0, "seed": SEED, "temperature": 0.7},
-        "retry": {"max_retries": 8, "backoff_base_s": 0.02, "backoff_max_s": 0.2, "max_retry_after_s": 5, "max_total_s": 20},
+        "openai": {
+            "base_url": url,
+            "model": "teacher-test",
+            "api_key_env": KEY_ENV,
+            "timeout_s": 0.5,
+            "concurrency": 4,
+            "requests_per_minute": 0,
+            "seed": SEED,
+            "temperature": 0.7,
+        },
+        "retry": {
+            "max_retries": 8,
+            "backoff_base_s": 0.02,
+            "backoff_max_s": 0.2,
+            "max_retry_after_s": 5,
+            "max_total_s": 20,
+        },
         "max_attempts": 2,
     }
     for k, v in over.items():
@@ -153,7 +168,8 @@ def test_faults_are_ridden_out_and_every_answer_is_cached_exactly_once(tmp_path)
         assert [x["role"] for x in r["messages"]] == ["system", "user", "assistant"]
         assert r["messages"][:2] == s["prompt"] and "images" not in r
         assert json.loads(r["messages"][2]["content"])["executable_plan"] == [
-            {"action_id": a, "action_name": n} for a, n in json.loads(s["label"])["gold"]]
+            {"action_id": a, "action_name": n} for a, n in json.loads(s["label"])["gold"]
+        ]
 
 
 def test_a_rate_limit_storm_pauses_all_threads(tmp_path):
@@ -173,8 +189,11 @@ def test_a_hanging_server_costs_bounded_time_and_a_rerun_resumes(tmp_path):
     samples = SAMPLES[:6]
     plan = FaultPlan(rate=1.0, kinds=("hang",), max_per_key=1000)
     with FaultServer(Answers(samples), plan, hang_s=10) as srv:
-        cfg = _cfg(srv.url, openai={"timeout_s": 0.3, "concurrency": 6},
-                   retry={"max_retries": 50, "max_total_s": 1.0, "backoff_base_s": 0.05})
+        cfg = _cfg(
+            srv.url,
+            openai={"timeout_s": 0.3, "concurrency": 6},
+            retry={"max_retries": 50, "max_total_s": 1.0, "backoff_base_s": 0.05},
+        )
         t0 = time.monotonic()
         out, m = _run(tmp_path, cfg, samples)
         assert time.monotonic() - t0 < 3.0
@@ -302,14 +321,20 @@ def test_a_killed_run_resumed_equals_an_uninterrupted_one(tmp_path, sig):
             # SIGINT back to its default in the child: a test run started in the background (`make test &`,
             # nohup, some CI runners) inherits SIGINT as ignored, and Python then never raises KeyboardInterrupt
             child = subprocess.Popen(
-                [sys.executable, "-c", CHILD, *args], stdout=log, stderr=log, env=os.environ.copy(),
+                [sys.executable, "-c", CHILD, *args],
+                stdout=log,
+                stderr=log,
+                env=os.environ.copy(),
                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
             )
             # the uninterrupted reference run (its own server and cache, other concurrency: the output depends
             # on the answers only) runs while the child starts up
             ref: list[Path] = []
-            ref_thread = threading.Thread(target=lambda: ref.append(
-                _run(tmp_path / "ref", _cfg(ref_srv.url, openai={"concurrency": 6}), samples)[0]))
+            ref_thread = threading.Thread(
+                target=lambda: ref.append(
+                    _run(tmp_path / "ref", _cfg(ref_srv.url, openai={"concurrency": 6}), samples)[0]
+                )
+            )
             ref_thread.start()
             deadline = time.monotonic() + 60
             while _cache_rows(cache) < 8 and child.poll() is None and time.monotonic() < deadline:

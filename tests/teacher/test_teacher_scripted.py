@@ -7,11 +7,11 @@ import re
 from collections import Counter
 
 import pytest
-from teacher_fixtures import make_samples
 
 from embodied_rft.data.response import RESPONSE_KEYS, parse_response
 from embodied_rft.teacher import ScriptedConfig, validate_answer
 from embodied_rft.teacher.scripted import ScriptedTeacher, corrupt, nl_steps, parse_label
+from tests.helpers.teacher_fixtures import make_samples
 
 SAMPLES = make_samples(24)  # 24 episodes, ~200 samples
 
@@ -64,8 +64,9 @@ def test_failed_history_is_reflected_on():
 
 
 def test_put_down_reads_as_the_held_object_into_the_last_found_receptacle():
-    assert nl_steps(["find a Apple", "pick up the Apple", "find a Fridge", "put down the object in hand"], None, None, 0) == [
-        "find the apple", "pick up the apple", "find the fridge", "put the apple in the fridge"]
+    assert nl_steps(
+        ["find a Apple", "pick up the Apple", "find a Fridge", "put down the object in hand"], None, None, 0
+    ) == ["find the apple", "pick up the apple", "find the fridge", "put the apple in the fridge"]
     assert nl_steps(["put down the object in hand"], "Mug", "CounterTop", 1) == ["place the mug on the counter top"]
     assert nl_steps(["find a Cabinet_2"], None, None, 2) == ["locate the cabinet 2"]
 
@@ -139,12 +140,24 @@ def test_brief_verbosity_keeps_all_fields_valid_and_short():
 def test_forget_open_drops_each_opening_and_its_closing_only():
     from embodied_rft.teacher.scripted import forget_open
 
-    plan = [(1, "find a Fridge"), (2, "open the Fridge"), (3, "pick up the Apple"), (4, "close the Fridge"),
-            (5, "find a Drawer_2"), (6, "close the Drawer_2"), (7, "open the Cabinet_2"),
-            (8, "put down the object in hand")]
+    plan = [
+        (1, "find a Fridge"),
+        (2, "open the Fridge"),
+        (3, "pick up the Apple"),
+        (4, "close the Fridge"),
+        (5, "find a Drawer_2"),
+        (6, "close the Drawer_2"),
+        (7, "open the Cabinet_2"),
+        (8, "put down the object in hand"),
+    ]
     # the Drawer_2 close stays: its opening was not in the plan (it was open already)
-    assert forget_open(plan) == [(1, "find a Fridge"), (3, "pick up the Apple"), (5, "find a Drawer_2"),
-                                 (6, "close the Drawer_2"), (8, "put down the object in hand")]
+    assert forget_open(plan) == [
+        (1, "find a Fridge"),
+        (3, "pick up the Apple"),
+        (5, "find a Drawer_2"),
+        (6, "close the Drawer_2"),
+        (8, "put down the object in hand"),
+    ]
     assert forget_open([(1, "find a Apple")]) == [(1, "find a Apple")]
 
 
@@ -205,8 +218,11 @@ def test_make_error_writes_each_kind_as_a_valid_wrong_plan():
                 assert f"pick up the {LOOKALIKE_OBJECTS[picked]}" in [n for _, n in plan]
                 assert f"pick up the {picked}" not in [n for _, n in plan]
             elif kind == "wrong_receptacle":
-                last_find = [n for k, (_, n) in enumerate(gold) if n.startswith("find a ") and k < max(
-                    j for j, (_, m) in enumerate(gold) if m == PUT_DOWN)][-1]
+                last_find = [
+                    n
+                    for k, (_, n) in enumerate(gold)
+                    if n.startswith("find a ") and k < max(j for j, (_, m) in enumerate(gold) if m == PUT_DOWN)
+                ][-1]
                 assert f"find a {LOOKALIKE_RECEPTACLES[split_action(last_find)[1]]}" in [n for _, n in plan]
             elif kind == "skip_step":
                 assert len(plan) == len(gold) - 1

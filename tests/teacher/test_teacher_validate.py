@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from teacher_fixtures import make_samples
 
 from embodied_rft.teacher import validate_answer
 from embodied_rft.teacher.validate import check_prefix
+from tests.helpers.teacher_fixtures import make_samples
 
 # ep001 is the cool-tomato task whose scene has Cabinet_2 (extras 162..164); step 9 leaves 5 actions.
 SAMPLE = next(s for s in make_samples(2, with_failures=False) if s["sample_id"] == "ep001:9")
@@ -27,8 +27,13 @@ def _answer(plan, **over) -> str:
 
 
 def test_fixture_is_what_the_table_assumes():
-    assert [n for _, n in GOLD] == ["close the Fridge", "find a Cabinet_2", "open the Cabinet_2",
-                                    "put down the object in hand", "close the Cabinet_2"]
+    assert [n for _, n in GOLD] == [
+        "close the Fridge",
+        "find a Cabinet_2",
+        "open the Cabinet_2",
+        "put down the object in hand",
+        "close the Cabinet_2",
+    ]
     assert [a for a, _ in GOLD] == [140, 162, 163, 133, 164]
 
 
@@ -40,8 +45,22 @@ CASES = [
     ("short but >= min_prefix", _answer(GOLD[:3]), "prefix", 3, True, None),
     ("short of min_prefix", _answer(GOLD[:2]), "prefix", 3, False, "wrong_plan"),
     ("min_prefix above gold length: whole plan", _answer(GOLD), "prefix", 50, True, None),
-    ("an extra step past the goal", _answer(GOLD + [[133, "put down the object in hand"]]), "prefix", None, False, "wrong_plan"),
-    ("an extra step past the goal, min_prefix", _answer(GOLD + [[133, "put down the object in hand"]]), "prefix", 1, False, "wrong_plan"),
+    (
+        "an extra step past the goal",
+        _answer(GOLD + [[133, "put down the object in hand"]]),
+        "prefix",
+        None,
+        False,
+        "wrong_plan",
+    ),
+    (
+        "an extra step past the goal, min_prefix",
+        _answer(GOLD + [[133, "put down the object in hand"]]),
+        "prefix",
+        1,
+        False,
+        "wrong_plan",
+    ),
     ("wrong first step", _answer([[139, "open the Fridge"]] + GOLD[1:]), "prefix", 1, False, "wrong_plan"),
     ("swapped steps", _answer([GOLD[1], GOLD[0]] + GOLD[2:]), "prefix", None, False, "wrong_plan"),
     ("wrong plan, mode none", _answer([[139, "open the Fridge"]]), "none", None, True, None),
@@ -50,7 +69,14 @@ CASES = [
     ("string id", _answer([["140", "close the Fridge"]] + GOLD[1:]), "prefix", None, False, "invalid_plan"),
     ("lower-cased name", _answer([[140, "close the fridge"]] + GOLD[1:]), "prefix", None, False, "invalid_plan"),
     ("empty plan", _answer([]), "none", None, False, "invalid_plan"),
-    ("missing key", json.dumps({"reasoning_and_reflection": "", "language_plan": "", "executable_plan": []}), "none", None, False, "invalid_plan"),
+    (
+        "missing key",
+        json.dumps({"reasoning_and_reflection": "", "language_plan": "", "executable_plan": []}),
+        "none",
+        None,
+        False,
+        "invalid_plan",
+    ),
     ("non-string field", _answer(GOLD, language_plan=["1. close the fridge"]), "prefix", None, False, "invalid_plan"),
     ("plan not a list", _answer(GOLD, executable_plan={"action_id": 140}), "prefix", None, False, "invalid_plan"),
     ("prose only", "I would close the fridge and then open the cabinet.", "prefix", None, False, "bad_json"),
@@ -70,14 +96,21 @@ def test_verdicts(name, text, mode, min_prefix, accepted, kind):
 
 
 def test_canonical_drops_extra_step_fields_and_keeps_text():
-    text = json.dumps({
-        "reasoning_and_reflection": "r", "visual_state_description": "v", "language_plan": "l",
-        "executable_plan": [{"action_id": a, "action_name": n, "note": "x"} for a, n in GOLD], "extra": 1,
-    })
+    text = json.dumps(
+        {
+            "reasoning_and_reflection": "r",
+            "visual_state_description": "v",
+            "language_plan": "l",
+            "executable_plan": [{"action_id": a, "action_name": n, "note": "x"} for a, n in GOLD],
+            "extra": 1,
+        }
+    )
     v = validate_answer(text, SAMPLE, "prefix")
     assert v.accepted
     assert json.loads(v.canonical) == {
-        "visual_state_description": "v", "reasoning_and_reflection": "r", "language_plan": "l",
+        "visual_state_description": "v",
+        "reasoning_and_reflection": "r",
+        "language_plan": "l",
         "executable_plan": [{"action_id": a, "action_name": n} for a, n in GOLD],
     }
 

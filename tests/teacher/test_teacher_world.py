@@ -7,8 +7,8 @@ import json
 import pytest
 
 from embodied_rft.config import build
+from embodied_rft.core.atomic import write_jsonl_atomic
 from embodied_rft.data.decompose import decompose_episodes
-from embodied_rft.data.jsonl import write_jsonl_atomic
 from embodied_rft.data.prompt import PromptConfig
 from embodied_rft.teacher import ScriptedConfig, TeacherConfig, run_distill, validate_answer
 from embodied_rft.teacher.scripted import ScriptedTeacher, parse_label
@@ -23,8 +23,14 @@ def world():
 
 
 def _answer(plan) -> str:
-    return json.dumps({"visual_state_description": "v", "reasoning_and_reflection": "r", "language_plan": "l",
-                       "executable_plan": [{"action_id": a, "action_name": n} for a, n in plan]})
+    return json.dumps(
+        {
+            "visual_state_description": "v",
+            "reasoning_and_reflection": "r",
+            "language_plan": "l",
+            "executable_plan": [{"action_id": a, "action_name": n} for a, n in plan],
+        }
+    )
 
 
 def test_scripted_answers_to_real_samples_pass_both_validations(world):
@@ -54,7 +60,7 @@ def test_simulate_judges_by_outcome_not_by_the_expert(world):
         # without its first pick-up the plan breaks at the first step that needs the object in hand
         picks = [i for i, (_, n) in enumerate(gold) if n.startswith("pick up the")]
         if picks:
-            broken = gold[: picks[0]] + gold[picks[0] + 1:]
+            broken = gold[: picks[0]] + gold[picks[0] + 1 :]
             v = validate_answer(_answer(broken), s, "simulate", episode=ep)
             assert (v.kind, "failed" in v.reason) == ("wrong_plan", True), v.reason
             n_broken += 1
@@ -71,9 +77,12 @@ def test_run_distill_simulate_accepts_more_of_a_noisy_teacher_than_prefix(world,
     write_jsonl_atomic(sp, samples)
     res = {}
     for mode in ("prefix", "simulate"):
-        cfg = build(TeacherConfig, {"validate": mode, "scripted": {"noise_rate": 0.5, "seed": 1}, "max_attempts": 1}, "teacher")
-        res[mode] = run_distill(cfg, sp, tmp_path / mode / "sft.jsonl", tmp_path / "cache", tmp_path / mode / "m.json",
-                                episodes_by_id=eps)
+        cfg = build(
+            TeacherConfig, {"validate": mode, "scripted": {"noise_rate": 0.5, "seed": 1}, "max_attempts": 1}, "teacher"
+        )
+        res[mode] = run_distill(
+            cfg, sp, tmp_path / mode / "sft.jsonl", tmp_path / "cache", tmp_path / mode / "m.json", episodes_by_id=eps
+        )
     # a dropped or swapped step sometimes still reaches the goal (e.g. a tidy-up 'close' step)
     assert res["simulate"]["accepted"] > res["prefix"]["accepted"] > 0.3 * len(samples)
     assert res["simulate"]["failures"]["invalid_plan"] == res["prefix"]["failures"]["invalid_plan"]

@@ -30,7 +30,9 @@ def test_a_gain_on_every_prompt_is_significant_and_its_interval_excludes_zero():
     # sign test 12 vs 0: 2 / 2**12
     assert out["reward"]["p_sign"] == pytest.approx(round(2 / 2**12, 4))
     assert out["reward"]["ci95"][0] > 0.0
-    assert out["accuracy_full"]["only_b"] == 6 and out["accuracy_full"]["p_mcnemar"] == pytest.approx(round(2 / 2**6, 4))
+    assert out["accuracy_full"]["only_b"] == 6 and out["accuracy_full"]["p_mcnemar"] == pytest.approx(
+        round(2 / 2**6, 4)
+    )
     assert out["accuracy_full"]["gap"] == pytest.approx(50.0)
 
 

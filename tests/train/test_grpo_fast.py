@@ -9,17 +9,16 @@ import random
 
 import pytest
 import torch
-from grpo_fixtures import grpo_samples, sft_policy, write_jsonl
-from test_grpo_local import _weights, kill_at_3_and_resume, run, tiny_cfg
 
 from embodied_rft.config import ConfigError, build
 from embodied_rft.filtering import FilterConfig
 from embodied_rft.models import load_model
 from embodied_rft.train.grpo.config import GRPOConfig
-from embodied_rft.train.grpo.workers import ProcessRollout
 from embodied_rft.train.grpo.rollout import PolicyIO, make_sampler, sample_groups
 from embodied_rft.train.grpo.update import Group, shared_prompt_lm, update_step
-
+from embodied_rft.train.grpo.workers import ProcessRollout
+from tests.helpers.grpo import _weights, kill_at_3_and_resume, run, tiny_cfg
+from tests.helpers.grpo_fixtures import grpo_samples, sft_policy, write_jsonl
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -38,11 +37,22 @@ def _policy():
 
 def _groups(model, io, G=4):
     prompts = [io.encode(s, i) for i, s in enumerate(grpo_samples()[:5])]
-    out = sample_groups(model, io, prompts, G, sampler=make_sampler(model, "fast"), temperature=1.0, top_p=1.0,
-                        max_new_tokens=40, seed=7)
+    out = sample_groups(
+        model,
+        io,
+        prompts,
+        G,
+        sampler=make_sampler(model, "fast"),
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=40,
+        seed=7,
+    )
     g = torch.Generator().manual_seed(0)
-    groups = [Group(p, rs, [0.0] * G, [0.0] * G, lps, [lp - 0.05 * torch.rand(len(lp), generator=g) for lp in lps])
-              for p, rs, lps in zip(prompts, out.responses, out.logprobs)]
+    groups = [
+        Group(p, rs, [0.0] * G, [0.0] * G, lps, [lp - 0.05 * torch.rand(len(lp), generator=g) for lp in lps])
+        for p, rs, lps in zip(prompts, out.responses, out.logprobs)
+    ]
     lengths = {len(r) for grp in groups for r in grp.responses}
     assert len(lengths) > 3  # responses of many lengths: the padding and sorting paths are exercised
     return groups, torch.randn(len(groups), G, generator=g)
@@ -55,15 +65,33 @@ def test_shared_prompt_update_has_the_padded_update_loss_and_gradient(loss_agg):
     rows = [(gi, ri) for gi in range(len(groups)) for ri in range(4)]
     random.Random(1).shuffle(rows)
     mb = rows[:14]
-    cfg = GRPOConfig(group_size=4, micro_batch_size=5, train_batch_size=14, kl_coef=0.1, loss_agg=loss_agg,
-                     filter=FilterConfig(buffer_size=5, updates_per_buffer=1))
+    cfg = GRPOConfig(
+        group_size=4,
+        micro_batch_size=5,
+        train_batch_size=14,
+        kl_coef=0.1,
+        loss_agg=loss_agg,
+        filter=FilterConfig(buffer_size=5, updates_per_buffer=1),
+    )
     stats, grads = {}, {}
     for mode in ("padded", "shared_prompt"):
         m = copy.deepcopy(model).train()
         opt = torch.optim.SGD(m.parameters(), lr=0.0)
         sch = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-        stats[mode] = update_step(cfg, m, opt, sch, io, groups, adv, mb, device="cpu", vision=False, use_ref=True,
-                                  shared=shared_prompt_lm(m, mode))
+        stats[mode] = update_step(
+            cfg,
+            m,
+            opt,
+            sch,
+            io,
+            groups,
+            adv,
+            mb,
+            device="cpu",
+            vision=False,
+            use_ref=True,
+            shared=shared_prompt_lm(m, mode),
+        )
         grads[mode] = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
     a, b = stats["padded"], stats["shared_prompt"]
     for k in ("loss", "policy_loss", "approx_kl", "entropy", "kl_ref", "ratio_mean", "grad_norm", "clip_frac"):
@@ -168,7 +196,9 @@ def test_rollout_fill_sizes_calls_to_the_acceptance_rate():
     from embodied_rft.filtering import GroupBuffer
     from embodied_rft.train.grpo.engine import GRPOEngine
 
-    cfg = tiny_cfg(group_size=4, rollout_batch_size=2, rollout_fill=True, filter=FilterConfig(buffer_size=4, updates_per_buffer=1))
+    cfg = tiny_cfg(
+        group_size=4, rollout_batch_size=2, rollout_fill=True, filter=FilterConfig(buffer_size=4, updates_per_buffer=1)
+    )
     buf = GroupBuffer(cfg.filter, 4)
     eng = SimpleNamespace(cfg=cfg, buffer=buf)
     assert GRPOEngine.call_size(eng) == 8  # nothing seen yet: rate 1/2, 4 groups missing

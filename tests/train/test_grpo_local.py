@@ -8,56 +8,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from grpo_fixtures import base_policy, grpo_samples, sft_policy, write_jsonl
 
 from embodied_rft.config import ConfigError, build
 from embodied_rft.filtering import FilterConfig
 from embodied_rft.train.grpo.config import GRPOConfig
-from embodied_rft.train.grpo.engine import run_grpo_local
-
-
-def tiny_cfg(**kw) -> GRPOConfig:
-    """4 prompts, G = 4, N_B = 2 groups, K_2 = 2 updates of 4 sequences each: a few seconds per run."""
-    base = dict(
-        group_size=4,
-        temperature=1.0,
-        max_new_tokens=80,
-        max_prompt_tokens=256,
-        rollout_batch_size=2,
-        lr=1e-4,
-        lr_scheduler="constant_with_warmup",
-        warmup_ratio=0.0,
-        filter=FilterConfig(buffer_size=2, updates_per_buffer=2),
-        train_batch_size=4,
-        micro_batch_size=4,
-        max_updates=4,
-        num_episodes=20,
-        save_every=0,
-        report_to=(),
-        eval_max_samples=4,
-        eval_batch_size=4,
-        num_threads=1,
-    )
-    base.update(kw)
-    return GRPOConfig(**base)
+from tests.helpers.grpo import _weights, kill_at_3_and_resume, run, tiny_cfg
+from tests.helpers.grpo_fixtures import base_policy, grpo_samples, sft_policy, write_jsonl
 
 
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
     return write_jsonl(tmp_path / "decomposed" / "train.jsonl", grpo_samples())
-
-
-def run(cfg: GRPOConfig, policy: Path, data: Path, root: Path, **kw):
-    return run_grpo_local(
-        cfg, policy, data, data, root / "out", root / "metrics.json", root / "plots.csv", root / "work", **kw
-    )
-
-
-def _weights(path: Path) -> dict[str, torch.Tensor]:
-    from embodied_rft.models import load_model
-
-    model, _ = load_model(path)
-    return {k: v.clone() for k, v in model.state_dict().items()}
 
 
 def test_end_to_end_changes_weights_and_writes_metrics(data, tmp_path):
@@ -79,23 +40,40 @@ def test_end_to_end_changes_weights_and_writes_metrics(data, tmp_path):
     # the first update of a buffer is on-policy: ratio exactly 1, nothing clipped, no KL to π_old yet
     assert first["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
     assert first["clip_frac"] == 0.0 and abs(first["approx_kl"]) < 1e-5
-    for key in ("reward_mean", "reward_structure", "reward_valid", "reward_match", "reward_accuracy",
-                "accuracy_full_rate", "filter_pass_rate", "rejected_all_wrong", "entropy", "response_length",
-                "grad_norm", "lr", "clip_frac", "approx_kl"):
+    for key in (
+        "reward_mean",
+        "reward_structure",
+        "reward_valid",
+        "reward_match",
+        "reward_accuracy",
+        "accuracy_full_rate",
+        "filter_pass_rate",
+        "rejected_all_wrong",
+        "entropy",
+        "response_length",
+        "grad_norm",
+        "lr",
+        "clip_frac",
+        "approx_kl",
+    ):
         assert key in first, key
     assert 0.0 < first["accuracy_full_rate"] < 1.0
     f = on_disk["filter"]
     assert f["seen"] == f["accepted"] + f["rejected"] and f["accepted"] >= 4
     assert on_disk["counters"]["responses_sampled"] == 4 * on_disk["counters"]["prompts_sampled"]
     h = on_disk["heldout"]
-    assert h["before"]["n"] == 4 and h["after"]["n"] == 4
-    assert h["reward_gain"] == pytest.approx(h["after"]["reward"] - h["before"]["reward"], abs=1e-6)
+    assert h["before"]["samples"] == 4 and h["after"]["samples"] == 4
+    assert h["reward_mean_gain"] == pytest.approx(h["after"]["reward_mean"] - h["before"]["reward_mean"], abs=1e-6)
+    # the same metric names as SFT's and evaluation's held-out checks
+    assert {"json_valid_rate", "format_rate", "prefix_accuracy", "exact_plan_rate", "truncated_rate"} <= set(
+        h["before"]
+    )
     # the per-prompt comparison covers the same 4 prompts and agrees with the difference of means
     pr = h["paired"]
     assert pr["n"] == 4 and pr["reward"]["up"] + pr["reward"]["down"] + pr["reward"]["same"] == 4
-    assert pr["reward"]["mean_diff"] == pytest.approx(h["reward_gain"], abs=1e-5)
+    assert pr["reward"]["mean_diff"] == pytest.approx(h["reward_mean_gain"], abs=1e-5)
     assert pr["reward"]["ci95"][0] <= pr["reward"]["mean_diff"] <= pr["reward"]["ci95"][1]
-    assert "samples" not in h["before"] and "samples" not in h["after"]
+    assert "per_prompt" not in h["before"] and "per_prompt" not in h["after"]
     rows = list(csv.DictReader((tmp_path / "plots.csv").open()))
     assert [int(r["update"]) for r in rows] == [1, 2, 3, 4]
     assert float(rows[-1]["reward_mean"]) == pytest.approx(on_disk["history"][-1]["reward_mean"])
@@ -121,31 +99,15 @@ def test_counter_sees_zero_advantage_groups_when_nothing_filters(data, tmp_path)
     # untrained policy: every response scores 0, so every group has zero variance; with the filter and the
     # zero-variance drop off, the engine trains on them and its counter says so
     cfg = tiny_cfg(
-        max_updates=2, max_new_tokens=8, eval_max_samples=0,
+        max_updates=2,
+        max_new_tokens=8,
+        eval_max_samples=0,
         filter=FilterConfig(enabled=False, drop_zero_variance=False, buffer_size=2, updates_per_buffer=2),
     )
     m = run(cfg, base_policy(), data, tmp_path)
     assert m["updates"] == 2
     assert m["counters"]["zero_adv_groups_trained"] == m["counters"]["groups_trained"] == 2
     assert m["heldout"] is None
-
-
-def kill_at_3_and_resume(cfg: GRPOConfig, data: Path, tmp_path: Path) -> tuple[dict, dict, Path]:
-    """The uninterrupted run, and the same run killed at update 3 (checkpoint every 2) then rerun: (ref, again, root)."""
-    ref = run(cfg, sft_policy(), data, tmp_path / "ref")
-
-    class Killed(RuntimeError):
-        pass
-
-    def kill_at_3(info):
-        if info.update == 3:
-            raise Killed
-
-    root = tmp_path / "killed"
-    with pytest.raises(Killed):
-        run(cfg, sft_policy(), data, root, hooks={"on_update": kill_at_3})
-    assert (root / "work" / "latest").read_text().strip() == "ckpt-0000002"
-    return ref, run(cfg, sft_policy(), data, root), root
 
 
 def test_kill_and_resume_reaches_the_same_step(data, tmp_path):
@@ -217,8 +179,14 @@ def test_updates_raise_above_average_responses_relative_to_the_rest():
     from embodied_rft.train.grpo.rollout import sequence_logprobs
 
     torch.set_num_threads(1)
-    cfg = tiny_cfg(group_size=8, rollout_batch_size=4, lr=3e-4, train_batch_size=32, micro_batch_size=32,
-                   filter=FilterConfig(buffer_size=4, updates_per_buffer=4))
+    cfg = tiny_cfg(
+        group_size=8,
+        rollout_batch_size=4,
+        lr=3e-4,
+        train_batch_size=32,
+        micro_batch_size=32,
+        filter=FilterConfig(buffer_size=4, updates_per_buffer=4),
+    )
     eng = GRPOEngine(cfg, sft_policy(), grpo_samples(), [], Path("unused"), RewardConfig(), Path("."), "fp")
     eng.rollout = LocalRollout(eng.model, eng.io, eng.device, eng.sampler)
     stats = _RolloutStats()

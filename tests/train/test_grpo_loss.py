@@ -7,7 +7,14 @@ import math
 import pytest
 import torch
 
-from embodied_rft.train.grpo.loss import group_advantages, grpo_loss, k3_kl, token_entropy, token_logprobs, token_weights
+from embodied_rft.train.grpo.loss import (
+    group_advantages,
+    grpo_loss,
+    k3_kl,
+    token_entropy,
+    token_logprobs,
+    token_weights,
+)
 
 
 def _one_token(ratio: float, adv: float, eps: float = 0.2):

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from grpo_fixtures import grpo_samples, sft_policy, vl_data
 
+from embodied_rft.core.vision import freeze_vision
 from embodied_rft.filtering import FilterConfig
 from embodied_rft.models import load_model
 from embodied_rft.train.grpo.config import GRPOConfig
-from embodied_rft.train.grpo.engine import _freeze_vision, run_grpo_local
+from embodied_rft.train.grpo.driver import run_grpo_local
 from embodied_rft.train.grpo.rollout import PolicyIO, _cat_mm, _left_pad, _token_mm, sample_responses, sequence_logprobs
-
+from tests.helpers.grpo_fixtures import grpo_samples, sft_policy, vl_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -23,11 +23,19 @@ def _generate_with_logits(model, io, prompts, n_new, temperature):
     """HF's own incremental decoding: greedy tokens and the temperature-scaled log-prob of each."""
     ids, mask = _left_pad([p.ids for p in prompts], io.pad_id)
     out = model.generate(
-        input_ids=ids, attention_mask=mask, **_cat_mm([p.mm for p in prompts], "cpu"), **_token_mm(prompts),
-        do_sample=False, max_new_tokens=n_new, min_new_tokens=n_new, output_logits=True,
-        return_dict_in_generate=True, pad_token_id=io.pad_id, eos_token_id=None,
+        input_ids=ids,
+        attention_mask=mask,
+        **_cat_mm([p.mm for p in prompts], "cpu"),
+        **_token_mm(prompts),
+        do_sample=False,
+        max_new_tokens=n_new,
+        min_new_tokens=n_new,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=io.pad_id,
+        eos_token_id=None,
     )
-    new = out.sequences[:, ids.shape[1]:]
+    new = out.sequences[:, ids.shape[1] :]
     logits = torch.stack(out.logits, dim=1).float() / temperature
     logp = torch.log_softmax(logits, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
     return new.tolist(), logp
@@ -74,7 +82,7 @@ def test_sampling_is_seeded_and_cut_at_the_end_token():
 def test_vision_tower_is_frozen():
     policy, _ = vl_data()
     model, _ = load_model(policy, for_training=True)
-    n = _freeze_vision(model)
+    n = freeze_vision(model)
     frozen = {k for k, p in model.named_parameters() if not p.requires_grad}
     assert n > 0 and frozen and all("visual" in k for k in frozen)
     assert any(p.requires_grad for k, p in model.named_parameters() if "language_model" in k or "lm_head" in k)
@@ -83,17 +91,34 @@ def test_vision_tower_is_frozen():
 def test_vision_model_runs_through_the_engine(tmp_path: Path):
     policy, path = vl_data()
     cfg = GRPOConfig(
-        group_size=2, temperature=1.0, max_new_tokens=6, max_prompt_tokens=512, rollout_batch_size=2,
-        lr=1e-4, lr_scheduler="constant_with_warmup", warmup_ratio=0.0,
+        group_size=2,
+        temperature=1.0,
+        max_new_tokens=6,
+        max_prompt_tokens=512,
+        rollout_batch_size=2,
+        lr=1e-4,
+        lr_scheduler="constant_with_warmup",
+        warmup_ratio=0.0,
         filter=FilterConfig(enabled=False, drop_zero_variance=False, buffer_size=2, updates_per_buffer=1),
-        train_batch_size=4, micro_batch_size=2, max_updates=1, num_episodes=1, save_every=0, report_to=(),
-        eval_max_samples=2, eval_batch_size=2, num_threads=1,
+        train_batch_size=4,
+        micro_batch_size=2,
+        max_updates=1,
+        num_episodes=1,
+        save_every=0,
+        report_to=(),
+        eval_max_samples=2,
+        eval_batch_size=2,
+        num_threads=1,
     )
-    m = run_grpo_local(cfg, policy, path, path, tmp_path / "out", tmp_path / "m.json", tmp_path / "p.json", tmp_path / "w")
-    assert m["updates"] == 1 and m["heldout"]["before"]["n"] == 2
+    m = run_grpo_local(
+        cfg, policy, path, path, tmp_path / "out", tmp_path / "m.json", tmp_path / "p.json", tmp_path / "w"
+    )
+    assert m["updates"] == 1 and m["heldout"]["before"]["samples"] == 2
     row = m["history"][0]
     assert row["update_sequences"] == 4 and row["update_tokens"] > 0
     assert row["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
     # the processor (not just the tokenizer) was saved with the model
-    assert (tmp_path / "out" / "preprocessor_config.json").exists() or (tmp_path / "out" / "processor_config.json").exists()
+    assert (tmp_path / "out" / "preprocessor_config.json").exists() or (
+        tmp_path / "out" / "processor_config.json"
+    ).exists()
     assert json.loads((tmp_path / "p.json").read_text())[0]["update"] == 1

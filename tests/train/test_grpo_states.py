@@ -4,29 +4,25 @@ decomposed prompts, reuse on resume, and the engine and stage taking them."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "generation"))
-import tiny_checkpoints as tc  # noqa: E402
-from grpo_fixtures import grpo_samples, sft_policy, write_jsonl  # noqa: E402
-from test_grpo_local import run, tiny_cfg  # noqa: E402
-
-from embodied_rft.config import ConfigError  # noqa: E402
-from embodied_rft.data.response import format_response  # noqa: E402
-from embodied_rft.evaluate import EpisodeLimits, ExpertPolicy, RandomPolicy  # noqa: E402
-from embodied_rft.reward import score  # noqa: E402
-from embodied_rft.train.grpo.onpolicy import (  # noqa: E402
+from embodied_rft.config import ConfigError
+from embodied_rft.data.response import format_response
+from embodied_rft.evaluate import EpisodeLimits, ExpertPolicy, RandomPolicy
+from embodied_rft.reward import score
+from embodied_rft.train.grpo.onpolicy import (
     OnPolicyConfig,
     collect_states,
     load_or_collect,
     mix_prompts,
 )
-from embodied_rft.world import Simulator  # noqa: E402
-from embodied_rft.world.planner import expert_plan  # noqa: E402
+from embodied_rft.world import Simulator
+from embodied_rft.world.planner import expert_plan
+from tests.helpers import tiny_checkpoints as tc
+from tests.helpers.grpo import run, tiny_cfg
+from tests.helpers.grpo_fixtures import grpo_samples, sft_policy, write_jsonl
 
 PROMPT = tc.PROMPT
 LIMITS = EpisodeLimits()
@@ -175,8 +171,10 @@ def test_the_openrlhf_prompt_file_holds_the_states_and_the_decomposed_share(tmp_
     from embodied_rft.train.grpo.config import GRPOConfig
 
     train = write_jsonl(tmp_path / "decomposed" / "train.jsonl", grpo_samples())
-    states = [dict(s, sample_id=s["sample_id"] + ":call0", label=json.dumps({"gold": [[1, "x"]], "extra_actions": []}))
-              for s in grpo_samples()[:2]]
+    states = [
+        dict(s, sample_id=s["sample_id"] + ":call0", label=json.dumps({"gold": [[1, "x"]], "extra_actions": []}))
+        for s in grpo_samples()[:2]
+    ]
     gcfg = GRPOConfig(onpolicy=OnPolicyConfig(episodes=2, fraction=0.5))
     out = stage.openrlhf_prompts(train, (states, {}), gcfg, tmp_path / "openrlhf")
     recs = [json.loads(line) for line in out.read_text().splitlines()]

@@ -2,7 +2,7 @@
 
 The argv goes through OpenRLHF's own parser and post-parse checks; the prompt data through its dataset
 preprocessing; the reward file through its own loader and single-turn executor; the filter range through
-its own dynamic-filtering code. See openrlhf_harness.py for how those run on a CPU without vLLM.
+its own dynamic-filtering code. See tests/helpers/openrlhf_harness.py for how those run on a CPU without vLLM.
 """
 
 from __future__ import annotations
@@ -14,16 +14,15 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import yaml
-from grpo_fixtures import gold_response, grpo_samples, sft_policy, vl_data, write_jsonl
-from openrlhf_harness import fake_response, parse_train_ppo_ray, run_dynamic_filter
 
 from embodied_rft.config import ConfigError, build
 from embodied_rft.filtering import FilterConfig, accept, openrlhf_range
 from embodied_rft.models import load_model
-from embodied_rft.train.openrlhf import job as orl
 from embodied_rft.train.grpo.config import GRPOConfig, OpenRLHFConfig
+from embodied_rft.train.openrlhf import job as orl
 from embodied_rft.train.openrlhf.reward import split_response
+from tests.helpers.grpo_fixtures import gold_response, grpo_samples, sft_policy, vl_data, write_jsonl
+from tests.helpers.openrlhf_harness import fake_response, parse_train_ppo_ray, run_dynamic_filter
 
 pytest.importorskip("openrlhf")
 
@@ -36,7 +35,9 @@ def paper_cfg(**kw) -> GRPOConfig:
 
 
 def parsed(cfg: GRPOConfig, vision: bool = False, **kw):
-    train, _ = orl.build_openrlhf_job(cfg, policy_path="/ckpt/sft", prompt_data="data/openrlhf/train.jsonl", vision=vision, **kw)
+    train, _ = orl.build_openrlhf_job(
+        cfg, policy_path="/ckpt/sft", prompt_data="data/openrlhf/train.jsonl", vision=vision, **kw
+    )
     assert train[:3] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
     return parse_train_ppo_ray(train[3:])
 
@@ -70,7 +71,10 @@ def test_paper_settings_parse_and_map_back():
 
 def test_text_model_with_kl_and_sequence_mean():
     cfg = paper_cfg(
-        group_size=4, kl_coef=0.01, loss_agg="seq_mean_token_mean", train_batch_size=16,
+        group_size=4,
+        kl_coef=0.01,
+        loss_agg="seq_mean_token_mean",
+        train_batch_size=16,
         filter=FilterConfig(lower=1, upper=2, buffer_size=8, updates_per_buffer=4),
         openrlhf=OpenRLHFConfig(gpus_per_node=4, vllm_num_engines=4, micro_train_batch_size=2),
     )
@@ -83,7 +87,9 @@ def test_text_model_with_kl_and_sequence_mean():
 
 
 def test_filter_off_sends_no_dynamic_filtering():
-    a = parsed(paper_cfg(filter=FilterConfig(enabled=False, drop_zero_variance=False, buffer_size=128, updates_per_buffer=8)))
+    a = parsed(
+        paper_cfg(filter=FilterConfig(enabled=False, drop_zero_variance=False, buffer_size=128, updates_per_buffer=8))
+    )
     assert not a.algo.dynamic_filtering_enable
 
 
@@ -129,18 +135,20 @@ def test_secrets_in_env_are_refused():
 
 
 def test_cli_dry_run_prints_a_parseable_command(tmp_path, capsys):
-    grpo = tmp_path / "openrlhf.yaml"
-    grpo.write_text(yaml.safe_dump({"backend": "openrlhf", "group_size": 8, "lr": 1e-6}))
+    # the CLI composes conf/ exactly as the stage does (grpo=openrlhf + overrides)
+    conf = str(REPO / "conf")
     samples = write_jsonl(tmp_path / "train.jsonl", grpo_samples())
-    rc = orl.main(["--dry-run", "--grpo-yaml", str(grpo), "--params", str(tmp_path / "none.yaml"), "--train-samples", str(samples)])
+    rc = orl.main(["--dry-run", "--config-dir", conf, "--train-samples", str(samples), "grpo.group_size=4"])
     assert rc == 0
     argv = shlex.split(capsys.readouterr().out.strip())
     assert argv[:3] == ["ray", "job", "submit"]
     a = parse_train_ppo_ray(argv[argv.index("--") + 4 :])
-    assert a.rollout.n_samples_per_prompt == 8
-    assert orl.main(["--dry-run", "--grpo-yaml", str(grpo), "--train-samples", "x"]) == 0
-    grpo.write_text(yaml.safe_dump({"backend": "openrlhf", "group_sise": 8}))
-    assert orl.main(["--dry-run", "--grpo-yaml", str(grpo)]) == 2
+    assert a.rollout.n_samples_per_prompt == 4
+    # the same composition the stage gets from params: grpo=openrlhf + the override
+    composed = orl.compose_job_config(["grpo.group_size=4"], conf)
+    assert composed["grpo"]["backend"] == "openrlhf" and composed["grpo"]["group_size"] == 4
+    assert orl.main(["--dry-run", "--config-dir", conf, "--train-samples", "x"]) == 0
+    assert orl.main(["--dry-run", "--config-dir", conf, "grpo.group_sise=8"]) == 2
     assert "group_sise" in capsys.readouterr().err
 
 
@@ -153,7 +161,9 @@ def _openrlhf_prompts(path: Path, tok) -> list:
     from openrlhf.datasets.prompts_dataset import PromptDataset
 
     data = load_dataset("json", data_files=str(path))["train"]
-    args = SimpleNamespace(data=SimpleNamespace(input_key="prompt", label_key="label", apply_chat_template=True, image_key="images"))
+    args = SimpleNamespace(
+        data=SimpleNamespace(input_key="prompt", label_key="label", apply_chat_template=True, image_key="images")
+    )
     strategy = SimpleNamespace(args=args, is_rank_0=lambda: True)
     ds = PromptDataset(data, tok, strategy)
     return [ds[i] for i in range(len(ds))]
@@ -182,7 +192,9 @@ def test_reward_file_through_openrlhf_loader_and_executor(tmp_path):
     from openrlhf.utils.agent import SingleTurnAgentExecutor
 
     _, tok = load_model(sft_policy())
-    n, vision = orl.write_prompt_data(write_jsonl(tmp_path / "d" / "train.jsonl", grpo_samples()), tmp_path / "orl.jsonl")
+    n, vision = orl.write_prompt_data(
+        write_jsonl(tmp_path / "d" / "train.jsonl", grpo_samples()), tmp_path / "orl.jsonl"
+    )
     assert n == 4 and not vision
     items = _openrlhf_prompts(tmp_path / "orl.jsonl", tok)
     _, prompt, label, images = items[1]
@@ -282,7 +294,9 @@ def test_executor_scores_drive_openrlhfs_filter(tmp_path):
     _, prompt, label, _ = _openrlhf_prompts(tmp_path / "orl.jsonl", tok)[0]
     executor = SingleTurnAgentExecutor(remote_rm_url=[str(SHIM)])
     right, wrong = gold_response(sample, full=True), "{}"
-    lo, hi = build(GRPOConfig, {"group_size": 4, "train_batch_size": 16, "filter": {"buffer_size": 4}}, "grpo").filter.openrlhf_range(4)
+    lo, hi = build(
+        GRPOConfig, {"group_size": 4, "train_batch_size": 16, "filter": {"buffer_size": 4}}, "grpo"
+    ).filter.openrlhf_range(4)
 
     def group(index: int, texts: list[str]) -> list[dict]:
         outs = [_execute(executor, prompt, label, tok, t)[0] for t in texts]
@@ -290,5 +304,10 @@ def test_executor_scores_drive_openrlhfs_filter(tmp_path):
             o["prompt"] = str(index)
         return outs
 
-    groups = [group(0, [right, wrong, wrong, wrong]), group(1, [right] * 4), group(2, [wrong] * 4), group(3, [right, right, wrong, right])]
+    groups = [
+        group(0, [right, wrong, wrong, wrong]),
+        group(1, [right] * 4),
+        group(2, [wrong] * 4),
+        group(3, [right, right, wrong, right]),
+    ]
     assert run_dynamic_filter(groups, lo, hi) == [0, 3]

@@ -16,17 +16,28 @@ import torch
 from embodied_rft.config import ConfigError, build
 from embodied_rft.data.jsonl import DataError
 from embodied_rft.models import ModelConfig, build_base_model, load_model
-from embodied_rft.train.sft.trainer import prepare_sft, run_sft
 from embodied_rft.train.sft.config import LoraSettings, SFTConfig, ValSettings
 from embodied_rft.train.sft.data import corpus_texts, read_sft_records
 from embodied_rft.train.sft.resume import prepare_work_dir
 from embodied_rft.train.sft.synthetic import write_synthetic_sft
+from embodied_rft.train.sft.trainer import prepare_sft, run_sft
 
 torch.set_num_threads(1)
 
 # A few steps of a tiny model from scratch: lr high enough that the loss visibly falls in 6 steps.
-FAST = dict(lr=2e-3, max_steps=6, batch_size=4, grad_accum=1, warmup_ratio=0.2, logging_steps=1, save_steps=2,
-            max_len=384, num_threads=1, device="cpu", val=ValSettings(max_samples=0))
+FAST = dict(
+    lr=2e-3,
+    max_steps=6,
+    batch_size=4,
+    grad_accum=1,
+    warmup_ratio=0.2,
+    logging_steps=1,
+    save_steps=2,
+    max_len=384,
+    num_threads=1,
+    device="cpu",
+    val=ValSettings(max_samples=0),
+)
 
 
 def _cfg(**kw) -> SFTConfig:
@@ -37,7 +48,9 @@ def _cfg(**kw) -> SFTConfig:
 def text_setup(tmp_path_factory) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("sft_text")
     data = write_synthetic_sft(d / "sft.jsonl", 48, seed=0)
-    base = build_base_model(ModelConfig(name="tiny", kind="tiny", vocab_size=800), corpus_texts(read_sft_records(data)), d / "base")
+    base = build_base_model(
+        ModelConfig(name="tiny", kind="tiny", vocab_size=800), corpus_texts(read_sft_records(data)), d / "base"
+    )
     return base, data
 
 
@@ -75,7 +88,9 @@ def test_examples_over_the_cutoff_are_counted(tmp_path: Path, text_setup) -> Non
     base, data = text_setup
     setup = prepare_sft(_cfg(max_len=150), base, data, tmp_path / "work")
     tok = setup.processing_class
-    lengths = [len(tok.apply_chat_template(list(r.messages), tokenize=True)["input_ids"]) for r in read_sft_records(data)]
+    lengths = [
+        len(tok.apply_chat_template(list(r.messages), tokenize=True)["input_ids"]) for r in read_sft_records(data)
+    ]
     assert setup.truncated_examples == sum(n >= 150 for n in lengths) > 0
     assert all(len(ids) <= 150 for ids in setup.trainer.train_dataset["input_ids"])
 
@@ -96,10 +111,12 @@ def test_vl_labels_mask_image_tokens(tmp_path: Path, vl_setup) -> None:
 def test_sft_tiny_learns_and_updates_every_parameter(tmp_path: Path, text_setup) -> None:
     base, data = text_setup
     out, metrics_path, plots = tmp_path / "sft", tmp_path / "metrics.json", tmp_path / "loss.csv"
-    m = run_sft(_cfg(val=ValSettings(max_samples=3, max_new_tokens=8)), base, data, out, metrics_path, plots, val_data=data)
+    m = run_sft(
+        _cfg(val=ValSettings(max_samples=3, max_new_tokens=8)), base, data, out, metrics_path, plots, val_data=data
+    )
     assert m["steps"] == 6 and m["final_loss"] < m["first_loss"] - 0.5
     assert m["tokens"] > 6 * 4 * 100 and m["tokens_per_s"] > 0 and m["train_time_s"] > 0
-    assert m["val"]["samples"] == 3 and 0.0 <= m["val"]["json_rate"] <= 1.0
+    assert m["val"]["samples"] == 3 and 0.0 <= m["val"]["json_valid_rate"] <= 1.0
     assert json.loads(metrics_path.read_text())["final_loss"] == m["final_loss"]
     rows = plots.read_text().splitlines()
     assert rows[0] == "step,loss,lr" and [int(r.split(",")[0]) for r in rows[1:]] == [1, 2, 3, 4, 5, 6]
@@ -159,7 +176,16 @@ def test_killed_run_resumes_and_matches_an_uninterrupted_one(tmp_path: Path, tex
 
     out, work = tmp_path / "sft", tmp_path / "work"
     with pytest.raises(Killed):
-        run_sft(cfg, base, data, out, tmp_path / "m.json", tmp_path / "p.csv", work_dir=work, callbacks=[_kill_after_save(4)])
+        run_sft(
+            cfg,
+            base,
+            data,
+            out,
+            tmp_path / "m.json",
+            tmp_path / "p.csv",
+            work_dir=work,
+            callbacks=[_kill_after_save(4)],
+        )
     assert not out.exists() and (work / "checkpoint-4" / "trainer_state.json").is_file()
 
     m = run_sft(cfg, base, data, out, tmp_path / "m.json", tmp_path / "p.csv", work_dir=work)
@@ -264,12 +290,22 @@ def test_tiny_sft_learns_the_eb_json_format(tmp_path: Path) -> None:
     """~3 CPU-minutes: from random init to greedy answers that are complete four-key EB JSON objects."""
     data = write_synthetic_sft(tmp_path / "sft.jsonl", 256, seed=0)
     val = write_synthetic_sft(tmp_path / "val" / "val.jsonl", 16, seed=123)
-    base = build_base_model(ModelConfig(name="tiny", kind="tiny", vocab_size=1024), corpus_texts(read_sft_records(data)), tmp_path / "base")
-    cfg = _cfg(lr=3e-3, max_steps=80, batch_size=8, warmup_ratio=0.05, logging_steps=10, save_steps=1000, max_len=512,
-               val=ValSettings(max_samples=16, max_new_tokens=256, batch_size=16))
+    base = build_base_model(
+        ModelConfig(name="tiny", kind="tiny", vocab_size=1024), corpus_texts(read_sft_records(data)), tmp_path / "base"
+    )
+    cfg = _cfg(
+        lr=3e-3,
+        max_steps=80,
+        batch_size=8,
+        warmup_ratio=0.05,
+        logging_steps=10,
+        save_steps=1000,
+        max_len=512,
+        val=ValSettings(max_samples=16, max_new_tokens=256, batch_size=16),
+    )
     m = run_sft(cfg, base, data, tmp_path / "sft", tmp_path / "m.json", tmp_path / "p.csv", val_data=val)
     assert m["final_loss"] < 0.5 < 5.0 < m["first_loss"]
-    assert m["val"]["json_rate"] >= 0.9 and m["val"]["eb_keys_rate"] >= 0.9 and m["val"]["stopped_rate"] >= 0.9
+    assert m["val"]["json_valid_rate"] >= 0.9 and m["val"]["format_rate"] >= 0.9 and m["val"]["truncated_rate"] <= 0.1
 
 
 def test_wandb_logs_offline_and_keeps_secrets_out(tmp_path: Path, text_setup, monkeypatch) -> None:
@@ -282,7 +318,9 @@ def test_wandb_logs_offline_and_keeps_secrets_out(tmp_path: Path, text_setup, mo
     secret = "sk-test-6f1d0c9e-not-a-real-key"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     monkeypatch.setenv("HF_TOKEN", secret)
-    run_sft(_cfg(max_steps=2, report_to=("wandb",)), base, data, tmp_path / "sft", tmp_path / "m.json", tmp_path / "p.csv")
+    run_sft(
+        _cfg(max_steps=2, report_to=("wandb",)), base, data, tmp_path / "sft", tmp_path / "m.json", tmp_path / "p.csv"
+    )
     assert os.environ["WANDB_MODE"] == "offline"
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1

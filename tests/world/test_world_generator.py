@@ -76,8 +76,11 @@ def test_plans_depend_on_the_initial_state(episodes):
     start_open = sum(o["state"].get("open", False) for e in eps for o in e["scene"]["objects"])
     assert start_open > 500
     heat = [e for e in eps if e["task_type"] == "pick_heat_then_place_in_recep"]
-    with_open = sum("open the Microwave" in e["expert_plan"][:e["expert_plan"].index("put down the object in hand") + 1]
-                    for e in heat if "find a Microwave" in e["expert_plan"])
+    with_open = sum(
+        "open the Microwave" in e["expert_plan"][: e["expert_plan"].index("put down the object in hand") + 1]
+        for e in heat
+        if "find a Microwave" in e["expert_plan"]
+    )
     assert 0 < with_open < len(heat)  # the microwave is opened only when it starts closed
 
 
@@ -91,8 +94,9 @@ def test_splits_are_by_layout(episodes):
     assert used["train"] <= train_l and used["valid_seen"] <= train_l and used["valid_unseen"] <= unseen_l
     assert len(used["valid_seen"] & used["train"]) > 20
     # valid_seen holds new tasks: no (layout, goal) of valid_seen is a train goal
-    keys = {s: {goal_key(e["scene"]["layout_id"], e["task_type"], e["goal"]) for e in eps}
-            for s, eps in episodes.items()}
+    keys = {
+        s: {goal_key(e["scene"]["layout_id"], e["task_type"], e["goal"]) for e in eps} for s, eps in episodes.items()
+    }
     assert keys["valid_seen"].isdisjoint(keys["train"])
 
 
@@ -125,8 +129,7 @@ def test_instructions_are_varied(episodes):
 
 
 def test_run_prepare_generated_writes_splits_and_counts(tmp_path):
-    cfg = GeneratorConfig(seed=3, n_train=24, n_valid_seen=12, n_valid_unseen=12, n_layouts_train=3,
-                          n_layouts_unseen=2)
+    cfg = GeneratorConfig(seed=3, n_train=24, n_valid_seen=12, n_valid_unseen=12, n_layouts_train=3, n_layouts_unseen=2)
     metrics = run_prepare_generated(cfg, tmp_path)
     for split, n in (("train", 24), ("valid_seen", 12), ("valid_unseen", 12)):
         rows = read_jsonl(tmp_path / f"{split}.jsonl")
@@ -134,8 +137,7 @@ def test_run_prepare_generated_writes_splits_and_counts(tmp_path):
         m = metrics["splits"][split]
         assert sum(m["task_type"].values()) == sum(m["subset"].values()) == sum(m["task_type_x_subset"].values()) == n
         assert m["subset"] == {s: n // 6 for s in SUBSETS}
-        assert m["task_type_x_subset"] == dict(sorted(Counter(
-            f"{r['task_type']}/{r['subset']}" for r in rows).items()))
+        assert m["task_type_x_subset"] == dict(sorted(Counter(f"{r['task_type']}/{r['subset']}" for r in rows).items()))
     assert metrics["layouts"] == {"train": 12, "unseen": 8}
     assert not list(tmp_path.glob(".*.tmp"))
 
@@ -160,8 +162,11 @@ def test_generator_config_is_built_and_checked():
 def test_target_types_restrict_goals_not_scenes():
     """Every goal names one of target_types (every split); the scenes still hold other types as distractors."""
     targets = ("Apple", "Mug", "Book", "Cloth", "CellPhone")
-    cfg = GeneratorConfig(seed=5, task_types=("pick_and_place_simple", "look_at_obj_in_light",
-                                              "pick_clean_then_place_in_recep"), target_types=targets)
+    cfg = GeneratorConfig(
+        seed=5,
+        task_types=("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep"),
+        target_types=targets,
+    )
     named, others = Counter(), set()
     for split in ("train", "valid_unseen"):
         for ep in generate_episodes(cfg, split, 60):

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from world_scenes import episode, obj
-
 from embodied_rft.world import Simulator
+from tests.helpers.world_scenes import episode, obj
 
 
 def run(ep: dict, actions: list[str]) -> Simulator:
@@ -21,8 +20,13 @@ def conds(ep: dict, actions: list[str]) -> tuple[int, int]:
 
 PICK_APPLE = ["find a Apple", "pick up the Apple"]
 TO_TABLE = ["find a DiningTable", "put down the object in hand"]
-SLICE_APPLE = ["find a ButterKnife", "pick up the ButterKnife", "find a Apple", "slice the Apple",
-               "put down the object in hand"]
+SLICE_APPLE = [
+    "find a ButterKnife",
+    "pick up the ButterKnife",
+    "find a Apple",
+    "slice the Apple",
+    "put down the object in hand",
+]
 
 
 def test_pick_and_place_simple():
@@ -67,8 +71,20 @@ def test_pick_two_sliced_counts_two_pieces():
     ep = episode("pick_two_obj_and_place", "Apple", "Plate", sliced=True)
     assert conds(ep, []) == (0, 4)
     assert conds(ep, SLICE_APPLE) == (2, 4)
-    sim = run(ep, SLICE_APPLE + ["pick up the Apple", "find a Plate", "open the Cabinet", "put down the object in hand",
-                                 "find a Apple", "pick up the Apple", "find a Plate", "put down the object in hand"])
+    sim = run(
+        ep,
+        SLICE_APPLE
+        + [
+            "pick up the Apple",
+            "find a Plate",
+            "open the Cabinet",
+            "put down the object in hand",
+            "find a Apple",
+            "pick up the Apple",
+            "find a Plate",
+            "put down the object in hand",
+        ],
+    )
     assert sim.goal_conditions() == (4, 4)
 
 
@@ -99,8 +115,13 @@ def test_clean_goal_conditions():
 def test_heat_goal_conditions():
     objs = [o for o in episode("x", "Apple")["scene"]["objects"] if o["id"] != "Apple_2"]
     ep = episode("pick_heat_then_place_in_recep", "Apple", "DiningTable", objects=objs)
-    heat = PICK_APPLE + ["find a Microwave", "open the Microwave", "put down the object in hand",
-                         "close the Microwave", "turn on the Microwave"]
+    heat = PICK_APPLE + [
+        "find a Microwave",
+        "open the Microwave",
+        "put down the object in hand",
+        "close the Microwave",
+        "turn on the Microwave",
+    ]
     assert conds(ep, []) == (0, 3)
     assert conds(ep, PICK_APPLE + TO_TABLE) == (1, 3)
     assert conds(ep, heat) == (1, 3)
@@ -111,8 +132,13 @@ def test_heat_goal_conditions():
 def test_heat_goal_counts_in_place_and_heated_separately():
     ep = episode("pick_heat_then_place_in_recep", "Apple", "DiningTable")
     # Apple_2 starts on the DiningTable (in place, not heated); heating Apple elsewhere gives 2 of 3
-    heat = PICK_APPLE + ["find a Microwave", "open the Microwave", "put down the object in hand",
-                         "close the Microwave", "turn on the Microwave"]
+    heat = PICK_APPLE + [
+        "find a Microwave",
+        "open the Microwave",
+        "put down the object in hand",
+        "close the Microwave",
+        "turn on the Microwave",
+    ]
     sim = run(ep, [])
     assert sim.goal_conditions() == (1, 3)
     assert run(ep, heat).goal_conditions() == (2, 3)

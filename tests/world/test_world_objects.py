@@ -27,7 +27,8 @@ def test_every_action_target_has_its_capability():
     assert all(TYPES[t].toggleable for t in verb_targets("turn on the"))
     assert all(TYPES[t].sliceable for t in verb_targets("slice the"))
     assert sorted(t for t, x in TYPES.items() if x.openable) == sorted(
-        ["Safe", "Laptop", "Fridge", "Box", "Microwave", "Cabinet", "Drawer"])
+        ["Safe", "Laptop", "Fridge", "Box", "Microwave", "Cabinet", "Drawer"]
+    )
     assert sorted(t for t, x in TYPES.items() if x.toggleable) == ["DeskLamp", "Faucet", "FloorLamp", "Microwave"]
     assert set(SLICED_TYPE) == {"Apple", "Bread", "Lettuce", "Potato", "Tomato"}
     assert len(TYPES) == 85 and set(LEX) == set(TYPES)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from world_scenes import BEDROOM, KITCHEN, episode, obj
 
 from embodied_rft.world import PlanError, Simulator, expert_plan, plan_for
+from tests.helpers.world_scenes import BEDROOM, KITCHEN, episode, obj
 
 
 def replay(ep: dict, plan: list[str]) -> Simulator:
@@ -35,8 +35,16 @@ def test_simple_plan_is_the_eb_shape():
 def test_closed_containers_are_opened_and_closed_only_when_closed():
     ep = episode("pick_and_place_simple", "Egg", "Microwave")
     plan = expert_plan(ep)
-    assert plan == ["find a Egg", "open the Fridge", "pick up the Egg", "close the Fridge", "find a Microwave",
-                    "open the Microwave", "put down the object in hand", "close the Microwave"]
+    assert plan == [
+        "find a Egg",
+        "open the Fridge",
+        "pick up the Egg",
+        "close the Fridge",
+        "find a Microwave",
+        "open the Microwave",
+        "put down the object in hand",
+        "close the Microwave",
+    ]
     replay(ep, plan)
     objs = with_state(with_state(KITCHEN, "Fridge", open=True), "Microwave", open=True)
     ep_open = episode("pick_and_place_simple", "Egg", "Microwave", objects=objs)
@@ -48,13 +56,23 @@ def test_closed_containers_are_opened_and_closed_only_when_closed():
 def test_heat_plan_and_a_microwave_that_starts_open():
     ep = episode("pick_heat_then_place_in_recep", "Apple", "GarbageCan")
     plan = expert_plan(ep)
-    assert plan[2:] == ["find a Microwave", "open the Microwave", "put down the object in hand",
-                        "close the Microwave", "turn on the Microwave", "turn off the Microwave",
-                        "open the Microwave", "pick up the Apple", "close the Microwave", "find a GarbageCan",
-                        "put down the object in hand"]
+    assert plan[2:] == [
+        "find a Microwave",
+        "open the Microwave",
+        "put down the object in hand",
+        "close the Microwave",
+        "turn on the Microwave",
+        "turn off the Microwave",
+        "open the Microwave",
+        "pick up the Apple",
+        "close the Microwave",
+        "find a GarbageCan",
+        "put down the object in hand",
+    ]
     replay(ep, plan)
-    ep2 = episode("pick_heat_then_place_in_recep", "Apple", "GarbageCan",
-                  objects=with_state(KITCHEN, "Microwave", open=True))
+    ep2 = episode(
+        "pick_heat_then_place_in_recep", "Apple", "GarbageCan", objects=with_state(KITCHEN, "Microwave", open=True)
+    )
     assert expert_plan(ep2)[3] == "put down the object in hand"  # no "open the Microwave" first
     replay(ep2, expert_plan(ep2))
 
@@ -62,12 +80,21 @@ def test_heat_plan_and_a_microwave_that_starts_open():
 def test_clean_plan_turns_the_faucet_on_and_handles_a_running_tap():
     ep = episode("pick_clean_then_place_in_recep", "Mug", "CoffeeMachine")
     plan = expert_plan(ep)
-    assert plan == ["find a Mug", "pick up the Mug", "find a Sink", "put down the object in hand",
-                    "turn on the Faucet", "turn off the Faucet", "pick up the Mug", "find a CoffeeMachine",
-                    "put down the object in hand"]
+    assert plan == [
+        "find a Mug",
+        "pick up the Mug",
+        "find a Sink",
+        "put down the object in hand",
+        "turn on the Faucet",
+        "turn off the Faucet",
+        "pick up the Mug",
+        "find a CoffeeMachine",
+        "put down the object in hand",
+    ]
     replay(ep, plan)
-    ep2 = episode("pick_clean_then_place_in_recep", "Mug", "CoffeeMachine",
-                  objects=with_state(KITCHEN, "Faucet", on=True))
+    ep2 = episode(
+        "pick_clean_then_place_in_recep", "Mug", "CoffeeMachine", objects=with_state(KITCHEN, "Faucet", on=True)
+    )
     plan2 = expert_plan(ep2)
     assert plan2[4:7] == ["turn off the Faucet", "turn on the Faucet", "turn off the Faucet"]
     replay(ep2, plan2)
@@ -84,16 +111,30 @@ def test_clean_with_a_free_standing_faucet_goes_to_it_and_back():
 def test_cool_into_the_fridge_goal_ends_after_closing():
     ep = episode("pick_cool_then_place_in_recep", "Apple", "Fridge")
     plan = expert_plan(ep)
-    assert plan == ["find a Apple", "pick up the Apple", "find a Fridge", "open the Fridge",
-                    "put down the object in hand", "close the Fridge"]
+    assert plan == [
+        "find a Apple",
+        "pick up the Apple",
+        "find a Fridge",
+        "open the Fridge",
+        "put down the object in hand",
+        "close the Fridge",
+    ]
     replay(ep, plan)
 
 
 def test_sliced_plan_uses_a_knife_and_a_piece():
     ep = episode("pick_heat_then_place_in_recep", "Apple", "GarbageCan", sliced=True)
     plan = expert_plan(ep)
-    assert plan[:8] == ["find a Knife", "open the Drawer", "pick up the Knife", "close the Drawer", "find a Apple",
-                        "slice the Apple", "put down the object in hand", "pick up the Apple"]
+    assert plan[:8] == [
+        "find a Knife",
+        "open the Drawer",
+        "pick up the Knife",
+        "close the Drawer",
+        "find a Apple",
+        "slice the Apple",
+        "put down the object in hand",
+        "pick up the Apple",
+    ]
     sim = replay(ep, plan)
     assert sim.objs["Knife"].parent is None  # dropped where the apple was cut
     assert [o.type for o in sim.objs.values() if o.parent == "GarbageCan"] == ["AppleSliced"]
@@ -111,8 +152,14 @@ def test_pick_two_movable_and_look_at_plans():
     plan = expert_plan(ep)
     assert plan == ["find a CellPhone", "pick up the CellPhone", "find a DeskLamp", "turn on the DeskLamp"]
     replay(ep, plan)
-    lit = episode("look_at_obj_in_light", "CellPhone", None, toggle="DeskLamp", room="bedroom",
-                  objects=with_state(BEDROOM, "DeskLamp", on=True))
+    lit = episode(
+        "look_at_obj_in_light",
+        "CellPhone",
+        None,
+        toggle="DeskLamp",
+        room="bedroom",
+        objects=with_state(BEDROOM, "DeskLamp", on=True),
+    )
     assert expert_plan(lit) == plan[:3]
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
-from world_scenes import episode, simple
-
 from embodied_rft.world import GeneratorConfig, Simulator, generate_episodes
+from tests.helpers.world_scenes import episode, simple
 
 
 def _png_digest(img) -> str:
@@ -26,8 +25,10 @@ def test_start_observation_lists_the_rooms_furniture_with_states():
 def test_place_observation_shows_contents_and_hides_closed_containers():
     sim = Simulator.from_episode(simple())
     sim.step("find a CounterTop")
-    assert sim.observe_text().splitlines()[:2] == ["You are at the CounterTop in the kitchen.",
-                                                  "You see: CounterTop [Apple, Bowl [Fork]]."]
+    assert sim.observe_text().splitlines()[:2] == [
+        "You are at the CounterTop in the kitchen.",
+        "You see: CounterTop [Apple, Bowl [Fork]].",
+    ]
     sim.step("find a Egg")
     assert "You see: Fridge (closed)." in sim.observe_text() and "Egg" not in sim.observe_text()
     sim.step("open the Fridge")

@@ -3,41 +3,91 @@
 from __future__ import annotations
 
 import pytest
-from world_scenes import episode, obj, simple
 
 from embodied_rft.world import ActionSpace, Simulator
 from embodied_rft.world.simulator import HAND, N_PIECES, OK
+from tests.helpers.world_scenes import episode, obj, simple
 
 # (name, setup actions (all must succeed, except those marked "?"), action, expected feedback fragment)
 INVALID = [
     ("pick up without find", [], "pick up the Apple", "it is not within reach. Find the object before picking up it"),
-    ("pick up with a full hand", ["find a Apple", "pick up the Apple", "find a Spoon"], "pick up the Spoon",
-     "Robot is currently holding Apple"),
-    ("pick up from a closed container", ["find a Egg"], "pick up the Egg",
-     "Egg is not visible because it is in Fridge. Open the Fridge before picking it up."),
+    (
+        "pick up with a full hand",
+        ["find a Apple", "pick up the Apple", "find a Spoon"],
+        "pick up the Spoon",
+        "Robot is currently holding Apple",
+    ),
+    (
+        "pick up from a closed container",
+        ["find a Egg"],
+        "pick up the Egg",
+        "Egg is not visible because it is in Fridge. Open the Fridge before picking it up.",
+    ),
     ("pick up a non-pickable", ["find a Cabinet"], "pick up the Cabinet", "The Cabinet cannot be picked up."),
     ("pick up an absent type", [], "pick up the Pillow", "Cannot find Pillow to pick up"),
-    ("put down with an empty hand", ["find a DiningTable"], "put down the object in hand",
-     "Robot is not holding any object"),
-    ("put into an incompatible receptacle", ["find a Apple", "pick up the Apple", "find a CoffeeMachine"],
-     "put down the object in hand", "Putting the object on CoffeeMachine failed. A Apple cannot be put in the "
-                                    "CoffeeMachine"),
-    ("put into a closed receptacle", ["find a Apple", "pick up the Apple", "find a Fridge"],
-     "put down the object in hand", "Putting the object on Fridge failed. The Fridge is closed; open it first"),
-    ("put onto a non-receptacle", ["find a Apple", "pick up the Apple", "find a Spoon"],
-     "put down the object in hand", "The Spoon is not a receptacle"),
-    ("put into the receptacle of a failed find", ["find a Apple", "pick up the Apple", "?find a Bed"],
-     "put down the object in hand", "Putting the object on Bed failed. The receptacle does not exist"),
+    (
+        "put down with an empty hand",
+        ["find a DiningTable"],
+        "put down the object in hand",
+        "Robot is not holding any object",
+    ),
+    (
+        "put into an incompatible receptacle",
+        ["find a Apple", "pick up the Apple", "find a CoffeeMachine"],
+        "put down the object in hand",
+        "Putting the object on CoffeeMachine failed. A Apple cannot be put in the CoffeeMachine",
+    ),
+    (
+        "put into a closed receptacle",
+        ["find a Apple", "pick up the Apple", "find a Fridge"],
+        "put down the object in hand",
+        "Putting the object on Fridge failed. The Fridge is closed; open it first",
+    ),
+    (
+        "put onto a non-receptacle",
+        ["find a Apple", "pick up the Apple", "find a Spoon"],
+        "put down the object in hand",
+        "The Spoon is not a receptacle",
+    ),
+    (
+        "put into the receptacle of a failed find",
+        ["find a Apple", "pick up the Apple", "?find a Bed"],
+        "put down the object in hand",
+        "Putting the object on Bed failed. The receptacle does not exist",
+    ),
     ("drop with an empty hand", [], "drop the object in hand", "Robot is not holding any object"),
     ("slice without a knife", ["find a Apple"], "slice the Apple", "must hold a Knife or ButterKnife to slice"),
-    ("slice what is out of reach", ["find a ButterKnife", "pick up the ButterKnife", "find a Sink"],
-     "slice the Apple", "The Apple is not within reach"),
-    ("slice twice", ["find a ButterKnife", "pick up the ButterKnife", "find a Apple", "slice the Apple",
-                     "find a Apple_2", "slice the Apple_2"], "slice the Apple", "The Apple is already sliced"),
-    ("slice a non-sliceable", ["find a ButterKnife", "pick up the ButterKnife", "find a Egg"], "slice the Egg",
-     "The Egg cannot be sliced"),
-    ("find an absent object", [], "find a Bed",
-     "Cannot find Bed. This object may not exist in this scene. Try to explore other instances instead."),
+    (
+        "slice what is out of reach",
+        ["find a ButterKnife", "pick up the ButterKnife", "find a Sink"],
+        "slice the Apple",
+        "The Apple is not within reach",
+    ),
+    (
+        "slice twice",
+        [
+            "find a ButterKnife",
+            "pick up the ButterKnife",
+            "find a Apple",
+            "slice the Apple",
+            "find a Apple_2",
+            "slice the Apple_2",
+        ],
+        "slice the Apple",
+        "The Apple is already sliced",
+    ),
+    (
+        "slice a non-sliceable",
+        ["find a ButterKnife", "pick up the ButterKnife", "find a Egg"],
+        "slice the Egg",
+        "The Egg cannot be sliced",
+    ),
+    (
+        "find an absent object",
+        [],
+        "find a Bed",
+        "Cannot find Bed. This object may not exist in this scene. Try to explore other instances instead.",
+    ),
     ("find an absent instance", [], "find a Cabinet_7", "Cannot find Cabinet_7."),
     ("find an unknown type", [], "find a Unicorn", "Cannot find Unicorn."),
     ("open a non-openable", ["find a Apple"], "open the Apple", "Open action failed. The Apple cannot be opened"),
@@ -46,8 +96,12 @@ INVALID = [
     ("close a closed receptacle", ["find a Fridge"], "close the Fridge", "The Fridge is already closed"),
     ("turn on a non-toggleable", ["find a Apple"], "turn on the Apple", "The Apple cannot be turned on"),
     ("turn on out of reach", ["find a Fridge"], "turn on the Faucet", "The Faucet is not within reach"),
-    ("turn on an open microwave", ["find a Microwave", "open the Microwave"], "turn on the Microwave",
-     "Close the Microwave before turning it on"),
+    (
+        "turn on an open microwave",
+        ["find a Microwave", "open the Microwave"],
+        "turn on the Microwave",
+        "Close the Microwave before turning it on",
+    ),
     ("turn on twice", ["find a Sink", "turn on the Faucet"], "turn on the Faucet", "The Faucet is already on"),
     ("turn off what is off", ["find a Sink"], "turn off the Faucet", "The Faucet is already off"),
     ("unknown action name", [], "jump on the bed", "Unknown action 'jump on the bed'."),
@@ -146,8 +200,15 @@ def test_cannot_put_an_object_into_itself_or_what_it_holds():
 
 def test_clean_needs_the_faucet_turned_on_while_the_object_is_in_the_sink():
     sim = Simulator.from_episode(simple())
-    for a in ["find a Sink", "turn on the Faucet", "turn off the Faucet", "find a Mug", "pick up the Mug",
-              "find a Sink", "put down the object in hand"]:
+    for a in [
+        "find a Sink",
+        "turn on the Faucet",
+        "turn off the Faucet",
+        "find a Mug",
+        "pick up the Mug",
+        "find a Sink",
+        "put down the object in hand",
+    ]:
         assert sim.step(a).success, a
     mug = sim.objs["Mug"]
     assert not mug.cleaned and mug.dirty  # the faucet ran before the mug was in the sink
@@ -157,8 +218,14 @@ def test_clean_needs_the_faucet_turned_on_while_the_object_is_in_the_sink():
 
 def test_heat_needs_the_closed_microwave_turned_on_with_the_object_inside():
     sim = Simulator.from_episode(simple())
-    for a in ["find a Apple", "pick up the Apple", "find a Microwave", "open the Microwave",
-              "put down the object in hand", "close the Microwave"]:
+    for a in [
+        "find a Apple",
+        "pick up the Apple",
+        "find a Microwave",
+        "open the Microwave",
+        "put down the object in hand",
+        "close the Microwave",
+    ]:
         assert sim.step(a).success, a
     assert not sim.objs["Apple"].heated
     assert sim.step("turn on the Microwave").success
@@ -199,9 +266,20 @@ def test_plain_find_prefers_objects_not_yet_put_by_the_agent():
     # ALFRED's pick-two plans use the same plain name twice: the second find must reach the other spoon
     ep = episode("pick_two_obj_and_place", "Spoon", "Drawer")
     sim = Simulator.from_episode(ep)
-    plan = ["find a Spoon", "pick up the Spoon", "find a Drawer", "open the Drawer", "put down the object in hand",
-            "close the Drawer", "find a Spoon", "pick up the Spoon", "find a Drawer", "open the Drawer",
-            "put down the object in hand", "close the Drawer"]
+    plan = [
+        "find a Spoon",
+        "pick up the Spoon",
+        "find a Drawer",
+        "open the Drawer",
+        "put down the object in hand",
+        "close the Drawer",
+        "find a Spoon",
+        "pick up the Spoon",
+        "find a Drawer",
+        "open the Drawer",
+        "put down the object in hand",
+        "close the Drawer",
+    ]
     for a in plan:
         assert sim.step(a).success, a
     assert sim.objs["Spoon"].parent == sim.objs["Spoon_2"].parent == "Drawer"
@@ -214,9 +292,19 @@ def test_plain_find_returns_to_a_processed_object():
     objs.append(obj("Mug_2", "Mug", "DiningTable"))
     ep = episode("pick_clean_then_place_in_recep", "Mug", "CoffeeMachine", objects=objs)
     sim = Simulator.from_episode(ep)
-    for a in ["find a Mug", "pick up the Mug", "find a Sink", "put down the object in hand", "turn on the Faucet",
-              "turn off the Faucet", "find a Apple", "find a Mug", "pick up the Mug", "find a CoffeeMachine",
-              "put down the object in hand"]:
+    for a in [
+        "find a Mug",
+        "pick up the Mug",
+        "find a Sink",
+        "put down the object in hand",
+        "turn on the Faucet",
+        "turn off the Faucet",
+        "find a Apple",
+        "find a Mug",
+        "pick up the Mug",
+        "find a CoffeeMachine",
+        "put down the object in hand",
+    ]:
         assert sim.step(a).success, a
     assert sim.is_success() and sim.objs["Mug"].parent == "CoffeeMachine"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 
 import pytest
-from world_scenes import episode, simple
 
 from embodied_rft.data.jsonl import DataError
 from embodied_rft.world import Simulator, check_episode
+from tests.helpers.world_scenes import episode, simple
 
 
 def _set(path: str, value):
@@ -24,17 +24,24 @@ def _set(path: str, value):
             d[int(last)] = value
         else:
             d[last] = value
+
     return edit
 
 
 OBJ3 = "scene.objects.3"
 CASES = [
     (_set(f"{OBJ3}.type", "Foo"), r"^scene\.objects\[3\]\.type: unknown object type 'Foo'$"),
-    (_set(f"{OBJ3}.type", "SinkBasin"), r"scene\.objects\[3\]\.type: unknown object type 'SinkBasin' \(EB calls it "
-                                        r"'Sink'\)"),
+    (
+        _set(f"{OBJ3}.type", "SinkBasin"),
+        r"scene\.objects\[3\]\.type: unknown object type 'SinkBasin' \(EB calls it "
+        r"'Sink'\)",
+    ),
     (_set(f"{OBJ3}.type", 5), r"scene\.objects\[3\]\.type: expected str, got int"),
-    (_set(f"{OBJ3}.id", "Cabinet_1"), r"scene\.objects\[3\]\.id: 'Cabinet_1' must be 'Cabinet' or 'Cabinet_N' "
-                                      r"with N >= 2"),
+    (
+        _set(f"{OBJ3}.id", "Cabinet_1"),
+        r"scene\.objects\[3\]\.id: 'Cabinet_1' must be 'Cabinet' or 'Cabinet_N' "
+        r"with N >= 2",
+    ),
     (_set(f"{OBJ3}.id", "Drawer_9"), r"scene\.objects\[3\]\.id: 'Drawer_9' must be 'Cabinet'"),
     (_set(f"{OBJ3}.id", "Cabinet"), r"scene\.objects\[3\]\.id: duplicate id 'Cabinet' \(also scene\.objects\[2\]\)"),
     (_set(f"{OBJ3}.id", KeyError), r"scene\.objects\[3\]\.id: missing field"),
@@ -53,8 +60,11 @@ CASES = [
     (_set("goal.object_target", "Cabinet"), r"goal\.object_target: 'Cabinet' is not a pickable whole object type"),
     (_set("goal.object_target", "AppleSliced"), r"goal\.object_target: 'AppleSliced' is not a pickable whole"),
     (_set("goal.object_target", "Applee"), r"goal\.object_target: unknown object type 'Applee'"),
-    (_set("goal.parent_target", "SinkBasin"), r"goal\.parent_target: unknown object type 'SinkBasin' \(EB calls it "
-                                              r"'Sink'\)"),
+    (
+        _set("goal.parent_target", "SinkBasin"),
+        r"goal\.parent_target: unknown object type 'SinkBasin' \(EB calls it "
+        r"'Sink'\)",
+    ),
     (_set("goal.parent_target", "Apple"), r"goal\.parent_target: 'Apple' is not a receptacle"),
     (_set("goal.parent_target", None), r"goal\.parent_target: required for pick_and_place_simple"),
     (_set("goal.object_sliced", "no"), r"goal\.object_sliced: expected bool, got str"),
@@ -107,11 +117,13 @@ def test_a_parent_loop_is_rejected():
 def test_check_episode_checks_the_whole_schema():
     ep = simple()
     check_episode(ep)
-    for field, value, pattern in [("subset", "easy", "subset: 'easy' is not one of"),
-                                  ("source", "web", "source: 'web' is not 'generated' or 'alfred'"),
-                                  ("expert_plan", ["find a Apple", 3], r"expert_plan\[1\]: expected an action name"),
-                                  ("extra", 1, "extra: unknown episode field"),
-                                  ("episode_id", None, "episode_id: expected str, got NoneType")]:
+    for field, value, pattern in [
+        ("subset", "easy", "subset: 'easy' is not one of"),
+        ("source", "web", "source: 'web' is not 'generated' or 'alfred'"),
+        ("expert_plan", ["find a Apple", 3], r"expert_plan\[1\]: expected an action name"),
+        ("extra", 1, "extra: unknown episode field"),
+        ("episode_id", None, "episode_id: expected str, got NoneType"),
+    ]:
         bad = copy.deepcopy(ep)
         bad[field] = value
         with pytest.raises(DataError, match=pattern):

@@ -10,20 +10,34 @@ from embodied_rft.alfred.eb_split import EbRecord, NlComparison, compare_nl_step
 from embodied_rft.alfred.episodes import ANNOTATION_MODES, build_episodes
 from embodied_rft.alfred.names import eb_type, normalize_action
 from embodied_rft.alfred.prepare import AlfredConfig, convert_checked, run_prepare_alfred
-from embodied_rft.alfred.reader import (
-    SPLITS,
-    TASK_TYPES,
-    Trajectory,
-    iter_trajectories,
-    parse_trajectory,
-    read_trajectory,
-)
+from embodied_rft.alfred.reader import Trajectory, iter_trajectories, parse_trajectory, read_trajectory
 from embodied_rft.alfred.replay import ReplayResult, replay
 from embodied_rft.alfred.scene import ConversionError, SceneIndex
+from embodied_rft.schema import SPLITS, TASK_TYPES
 
 __all__ = [
-    "ANNOTATION_MODES", "AlfredConfig", "Conversion", "ConversionError", "EbRecord", "NOTES", "NlComparison",
-    "ReplayResult", "SPLITS", "SceneIndex", "TASK_TYPES", "Trajectory", "build_episodes", "compare_nl_steps",
-    "convert_checked", "convert_plan", "eb_type", "iter_trajectories", "normalize_action", "parse_trajectory",
-    "read_eb_split", "read_trajectory", "replay", "run_prepare_alfred",
+    "ANNOTATION_MODES",
+    "AlfredConfig",
+    "Conversion",
+    "ConversionError",
+    "EbRecord",
+    "NOTES",
+    "NlComparison",
+    "ReplayResult",
+    "SPLITS",
+    "SceneIndex",
+    "TASK_TYPES",
+    "Trajectory",
+    "build_episodes",
+    "compare_nl_steps",
+    "convert_checked",
+    "convert_plan",
+    "eb_type",
+    "iter_trajectories",
+    "normalize_action",
+    "parse_trajectory",
+    "read_eb_split",
+    "read_trajectory",
+    "replay",
+    "run_prepare_alfred",
 ]

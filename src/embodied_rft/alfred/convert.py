@@ -20,7 +20,7 @@ NL Steps were written (checked against all 300 EB-ALFRED episodes):
 - ``CleanObject`` -> put down, turn on the Faucet, turn off the Faucet, find, pick up.
 
 Departures from the NL Steps, each where the NL Steps would fail EB's own execution or goal check
-(FACTS §4), counted per plan in ``Conversion.notes``:
+(docs/facts.md §4.3, §4.5), counted per plan in ``Conversion.notes``:
 
 - ``faucet``: cleaning turns the Faucet on and off; EB marks an object clean only when a Faucet is
   turned on while it lies in the SinkBasin, and the NL Steps never do.
@@ -50,8 +50,15 @@ from embodied_rft.alfred.reader import HighStep, Trajectory
 from embodied_rft.alfred.scene import ConversionError, Instance, SceneIndex
 from embodied_rft.world.actions import PUT_DOWN
 
-NOTES = ("faucet", "find_before_put", "drop_tool", "open_before_put", "open_container", "find_before_interact",
-         "held_object")
+NOTES = (
+    "faucet",
+    "find_before_put",
+    "drop_tool",
+    "open_before_put",
+    "open_container",
+    "find_before_interact",
+    "held_object",
+)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ description`` (the subset's instruction), optional ``task type`` and ``NL Steps`
 Output: :class:`EbRecord` records; :func:`compare_nl_steps` says how a converted plan differs from the
 NL Steps after :func:`~embodied_rft.alfred.names.normalize_action`.
 
-The NL Steps are a noisy reference (FACTS §4): a converted plan equals them, or differs only by the
+The NL Steps are a noisy reference (docs/facts.md §4.5): a converted plan equals them, or differs only by the
 insertions documented in :mod:`embodied_rft.alfred.convert` (:data:`INSERTION_NOTES` says which
 departure explains which inserted action), or, for ``held_object``, by naming the object actually held.
 """
@@ -23,10 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from embodied_rft.alfred.names import normalize_action
-from embodied_rft.alfred.reader import TASK_TYPES
 from embodied_rft.data.jsonl import DataError
-
-SUBSETS = ("base", "common_sense", "complex_instruction", "spatial", "visual_appearance", "long_horizon")
+from embodied_rft.schema import SUBSETS, TASK_TYPES
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """ALFRED trajectory + converted plan -> Episode dicts (the project's shared schema, ``source: "alfred"``).
 
 Input: a :class:`~embodied_rft.alfred.reader.Trajectory`, its :class:`SceneIndex` and
-:class:`Conversion`. Output: Episode dicts (see the project preamble): goal in EB type names, the
+:class:`Conversion`. Output: Episode dicts (docs/data.md §1): goal in EB type names, the
 scene's objects with EB instance ids, initial parents and states, the converted expert plan, and
 ``meta`` with the ALFRED path, the annotation index and the conversion's documented departures.
 
@@ -9,7 +9,7 @@ Annotations: ALFRED has 3-6 human instructions (``turk_annotations.anns[i].task_
 trajectory. ``annotations`` selects how they become episodes:
 - ``all`` (default): one episode per trajectory, instruction = the first annotation, every annotation
   kept in ``meta.annotations``. One episode per trajectory is the scale of the paper's data (6,574
-  train trajectories x ~7.4 steps ~ its 43.9k decomposed samples, FACTS §1.3), and nothing is lost.
+  train trajectories x ~7.4 steps ~ its 43.9k decomposed samples, docs/facts.md §1.3), and nothing is lost.
 - ``first``: the same without the other annotations.
 - ``per_annotation``: one episode per (trajectory, annotation), ids ending ``:<i>`` (~3x the data).
 

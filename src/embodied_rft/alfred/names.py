@@ -30,7 +30,7 @@ OPENABLE = frozenset(verb_targets("open the"))
 TOGGLEABLE = frozenset(verb_targets("turn on the"))
 SLICEABLE = frozenset(verb_targets("slice the"))
 PICKUPABLE = frozenset(verb_targets("pick up the"))
-# Slicing needs one of these in hand (FACTS §3).
+# Slicing needs one of these in hand (docs/facts.md §3.4).
 SLICING_TOOLS = frozenset({"Knife", "ButterKnife"})
 # AI2-THOR types with the CanBeDirty property that ALFRED scenes hold; ALFRED's ``dirty_and_empty``
 # sets all of them dirty (THOR ``SetStateOfAllObjects CanBeDirty``). EB's clean check does not read

@@ -37,16 +37,18 @@ from tqdm import tqdm
 from embodied_rft.alfred.convert import NOTES, Conversion, convert_plan
 from embodied_rft.alfred.eb_split import compare_nl_steps, read_eb_split
 from embodied_rft.alfred.episodes import base_episode, build_episodes
-from embodied_rft.alfred.reader import SPLITS, Trajectory, read_trajectory, spread, trajectory_paths
+from embodied_rft.alfred.reader import Trajectory, read_trajectory, spread, trajectory_paths
 from embodied_rft.alfred.replay import ReplayResult, replay
 from embodied_rft.alfred.scene import PLAN_ORDERS, ConversionError, SceneIndex
 from embodied_rft.config import as_dict, build, check, to_plain
-from embodied_rft.data.jsonl import DataError, write_jsonl_atomic
+from embodied_rft.core.atomic import write_jsonl_atomic
+from embodied_rft.data.jsonl import DataError
+from embodied_rft.schema import SPLITS
 from embodied_rft.world import episode_counts
 
 log = logging.getLogger(__name__)
 
-EB_MAX_STEPS = 30  # EB-ALFRED's episode length limit in environment steps (FACTS §4)
+EB_MAX_STEPS = 30  # EB-ALFRED's episode length limit in environment steps (docs/facts.md §4.3)
 
 
 @dataclass(frozen=True)
@@ -78,12 +80,21 @@ class AlfredConfig:
         for s in self.splits:
             check(s in SPLITS, "data.splits", f"{s!r} is not one of {list(SPLITS)}")
         check(len(set(self.splits)) == len(self.splits), "data.splits", f"duplicate split in {list(self.splits)}")
-        check(self.max_trajectories is None or self.max_trajectories > 0, "data.max_trajectories",
-              f"must be > 0 or null, got {self.max_trajectories}")
-        check(self.eb_split_name not in SPLITS and re.fullmatch(r"[A-Za-z0-9_.-]+", self.eb_split_name) is not None,
-              "data.eb_split_name", f"{self.eb_split_name!r} must be a plain file stem other than {list(SPLITS)}")
-        check(self.eb_source_split in SPLITS, "data.eb_source_split",
-              f"{self.eb_source_split!r} is not one of {list(SPLITS)}")
+        check(
+            self.max_trajectories is None or self.max_trajectories > 0,
+            "data.max_trajectories",
+            f"must be > 0 or null, got {self.max_trajectories}",
+        )
+        check(
+            self.eb_split_name not in SPLITS and re.fullmatch(r"[A-Za-z0-9_.-]+", self.eb_split_name) is not None,
+            "data.eb_split_name",
+            f"{self.eb_split_name!r} must be a plain file stem other than {list(SPLITS)}",
+        )
+        check(
+            self.eb_source_split in SPLITS,
+            "data.eb_source_split",
+            f"{self.eb_source_split!r} is not one of {list(SPLITS)}",
+        )
 
     @classmethod
     def from_data_section(cls, data: Any) -> AlfredConfig:
@@ -210,8 +221,13 @@ def run_prepare_alfred(cfg: AlfredConfig, out_dir: str | os.PathLike) -> dict[st
                     ep["meta"]["inferred_parents"] = list(scene.inferred)
             episodes.extend(eps)
         write_jsonl_atomic(out / f"{split}.jsonl", episodes)
-        log.info("alfred %s: %d trajectories -> %d episodes -> %s", split, counts["trajectories"], len(episodes),
-                 out / f"{split}.jsonl")
+        log.info(
+            "alfred %s: %d trajectories -> %d episodes -> %s",
+            split,
+            counts["trajectories"],
+            len(episodes),
+            out / f"{split}.jsonl",
+        )
         metrics["splits"][split] = {
             **{k: counts[k] for k in ("trajectories", "read", "converted")},
             "trajectories_by_task_type": {k: dict(v) for k, v in sorted(tt_counts.items())},
@@ -250,13 +266,18 @@ def _prepare_eb(cfg: AlfredConfig, root: Path, out: Path, failures: _Failures, h
         rel = f"{cfg.eb_source_split}/{rec.full_scene_name}"
         try:
             if rel not in cache:
-                traj = read_trajectory(root / cfg.eb_source_split / rec.full_scene_name / "traj_data.json",
-                                       split=cfg.eb_source_split, task_dir=rec.full_scene_name)
+                traj = read_trajectory(
+                    root / cfg.eb_source_split / rec.full_scene_name / "traj_data.json",
+                    split=cfg.eb_source_split,
+                    task_dir=rec.full_scene_name,
+                )
                 cache[rel] = (traj, *convert_checked(traj, cfg.replay))
             traj, scene, conv, res, order = cache[rel]
             if rec.task_type is not None and rec.task_type != traj.task_type:
-                raise DataError(f"{cfg.eb_split_file}: field '{rec.subset}[{rec.index - 1}].task type': "
-                                f"{rec.task_type!r} but {rel} is a {traj.task_type}")
+                raise DataError(
+                    f"{cfg.eb_split_file}: field '{rec.subset}[{rec.index - 1}].task type': "
+                    f"{rec.task_type!r} but {rel} is a {traj.task_type}"
+                )
         except DataError as exc:
             handle(exc, "eb " + _stage_for(exc), f"{rec.subset}[{rec.index - 1}] {rel}")
             continue

@@ -1,7 +1,7 @@
 """Read ALFRED ``json_2.1.0/<split>/<task>/<trial>/traj_data.json`` into checked, typed records.
 
 Input: a ``json_2.1.0`` directory, either a full ALFRED download or the trimmed copies in
-``shared/alfred`` (FACTS §3): only the fields the conversion needs are read (``task_id``,
+``shared/alfred`` (docs/facts.md §3.1): only the fields the conversion needs are read (``task_id``,
 ``task_type``, ``pddl_params``, ``scene``, ``plan.high_pddl``, ``turk_annotations``); everything else
 (``plan.low_actions``, ``images``, ``pp/`` folders, ...) is ignored, so both layouts read the same.
 Output: :class:`Trajectory` records. A malformed or incomplete file raises :class:`DataError` naming
@@ -19,19 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from embodied_rft.data.jsonl import DataError
+from embodied_rft.schema import TASK_TYPES
 
-TASK_TYPES = (
-    "pick_and_place_simple",
-    "pick_two_obj_and_place",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_and_place_with_movable_recep",
-)
-SPLITS = ("train", "valid_seen", "valid_unseen")
-
-# planner_action fields each high-level verb must carry for the conversion (FACTS §3). ALFRED's
+# planner_action fields each high-level verb must carry for the conversion (docs/facts.md §3.2). ALFRED's
 # Heat/Cool/Clean ``objectId`` is the appliance (Microwave, Fridge, SinkBasin), ToggleObject's the lamp.
 _NEEDS: dict[str, tuple[str, ...]] = {
     "GotoLocation": (),
@@ -151,11 +141,14 @@ def parse_trajectory(data: Any, path: str, split: str = "", task_dir: str = "") 
     task_id = _field(data, "task_id", str, "", path)
     task_type = _field(data, "task_type", str, "", path)
     if task_type not in TASK_TYPES:
-        raise DataError(f"{path}: field 'task_type': unknown task type {task_type!r} "
-                        f"(expected one of {list(TASK_TYPES)})")
+        raise DataError(
+            f"{path}: field 'task_type': unknown task type {task_type!r} (expected one of {list(TASK_TYPES)})"
+        )
     pp = _field(data, "pddl_params", dict, "", path)
-    targets = {k: _field(pp, k, str, "pddl_params", path)
-               for k in ("object_target", "parent_target", "mrecep_target", "toggle_target")}
+    targets = {
+        k: _field(pp, k, str, "pddl_params", path)
+        for k in ("object_target", "parent_target", "mrecep_target", "toggle_target")
+    }
     if not targets["object_target"]:
         raise DataError(f"{path}: field 'pddl_params.object_target' is empty")
     sliced = _field(pp, "object_sliced", bool, "pddl_params", path)

@@ -15,7 +15,7 @@ Where the objects come from:
   Coordinates and ids of one receptacle are consistent within a trajectory, so a first pass learns
   coordinates -> id from the steps that carry both.
 - a ``Faucet`` for every sink: EB cleans what lies in the SinkBasin when a Faucet is turned on
-  (FACTS §4), and ALFRED's plan never names the faucet.
+  (docs/facts.md §4.3), and ALFRED's plan never names the faucet.
 
 Instance numbers (a choice, documented): EB numbers repeated instances in AI2-THOR's metadata
 order, which ``traj_data.json`` does not record. The simulator resolves a plain name (``find a
@@ -176,8 +176,9 @@ class SceneIndex:
         if typ in self._pose_types:
             pos = (c[0] / 4, c[4] / 4, c[2] / 4)
             cands = [p for p in self._poses if p.alfred_type == typ]
-            dist = [(max(abs(a - b) for a, b in zip(pos, p.extra["position"], strict=True)), i)
-                    for i, p in enumerate(cands)]
+            dist = [
+                (max(abs(a - b) for a, b in zip(pos, p.extra["position"], strict=True)), i) for i, p in enumerate(cands)
+            ]
             if dist and min(dist)[0] <= _COORD_TOL:
                 inst = cands[min(dist)[1]]
         if inst is None:
@@ -252,8 +253,9 @@ class SceneIndex:
             touched = any(i.alfred_type == t.object_target for i in picked | sliced)
             if moved and not touched:
                 m = min(moved, key=_order_key)
-                cands = [p for p in self._poses
-                         if p.alfred_type == t.object_target and p.parent is None and p not in picked]
+                cands = [
+                    p for p in self._poses if p.alfred_type == t.object_target and p.parent is None and p not in picked
+                ]
                 if cands:
                     obj = min(cands, key=lambda p: _dist(p, m))
                     obj.parent = m

@@ -1,4 +1,4 @@
-"""Trajectory decomposition (paper §3, FACTS §1.3): an expert plan of k actions becomes k samples.
+"""Trajectory decomposition (paper §3, docs/facts.md §1.3): an expert plan of k actions becomes k samples.
 
 Inputs: normalised episodes (``data/episodes/<split>.jsonl``). Output: decomposed samples, the shape both the
 local GRPO engine and OpenRLHF read (``--data.input_key prompt --data.label_key label
@@ -26,11 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from embodied_rft.core.atomic import atomic_open, write_json_atomic
+from embodied_rft.core.subset import seeded_subset
+from embodied_rft.schema import format_label
+
 from ..config import check
 from ..progress import progress
 from ..world.actions import N_GLOBAL, split_action
 from ..world.objects import TYPES
-from .jsonl import DataError, atomic_open, iter_jsonl, write_json_atomic
+from .jsonl import DataError, iter_jsonl
 from .prompt import PromptConfig, build_messages
 
 log = logging.getLogger(__name__)
@@ -112,21 +116,47 @@ def decompose_episode(
     recover = _recovery_steps(ep["episode_id"], k, recovery, seed)
     for n, (aid, name) in enumerate(pairs):
         sid = f"{ep['episode_id']}:{n}"
-        yield sample_record(ep, sid, n, k, sim, history, pairs[n:], extras, scene_types, prompt_cfg, image_dir, image_prefix)
+        yield sample_record(
+            ep, sid, n, k, sim, history, pairs[n:], extras, scene_types, prompt_cfg, image_dir, image_prefix
+        )
         if n in recover:
             mistake = _mistake(sim, pairs, n, random.Random(f"{seed}:{sid}:mistake"))
             if mistake is not None:
                 after, entry = mistake
-                yield sample_record(ep, sid + RECOVERY_SUFFIX, n, k, after, history + [entry], pairs[n:], extras, scene_types,
-                              prompt_cfg, image_dir, image_prefix)
+                yield sample_record(
+                    ep,
+                    sid + RECOVERY_SUFFIX,
+                    n,
+                    k,
+                    after,
+                    history + [entry],
+                    pairs[n:],
+                    extras,
+                    scene_types,
+                    prompt_cfg,
+                    image_dir,
+                    image_prefix,
+                )
         res = sim.step(aid)
         if not res.success:
             raise DataError(f"{at}: expert_plan[{n}] {name!r} failed in the simulator: {res.feedback}")
         history.append({"action_id": aid, "action_name": name, "feedback": res.feedback})
 
 
-def sample_record(ep: dict, sid: str, n: int, k: int, sim, history: list[dict], remaining: list, extras: list[str],
-                  scene_types: list[str], prompt_cfg: PromptConfig, image_dir: Path | None, image_prefix: str) -> dict:
+def sample_record(
+    ep: dict,
+    sid: str,
+    n: int,
+    k: int,
+    sim,
+    history: list[dict],
+    remaining: list,
+    extras: list[str],
+    scene_types: list[str],
+    prompt_cfg: PromptConfig,
+    image_dir: Path | None,
+    image_prefix: str,
+) -> dict:
     """The decomposed sample of ``sim``'s current state: step ``n`` of ``k``, the prompt as the evaluation builds
     it, and a label with the ``remaining`` (id, name) plan; the frame is saved under ``image_dir`` if given.
     (``grpo.onpolicy`` builds its states with it too.)"""
@@ -137,7 +167,6 @@ def sample_record(ep: dict, sid: str, n: int, k: int, sim, history: list[dict], 
         with atomic_open(image_dir / fname, "wb") as fh:
             sim.render_image().save(fh, format="PNG")
         image = f"{image_prefix}/{fname}"
-    label = {"gold": [list(p) for p in remaining], "extra_actions": extras}
     return {
         "sample_id": sid,
         "episode_id": ep["episode_id"],
@@ -150,7 +179,7 @@ def sample_record(ep: dict, sid: str, n: int, k: int, sim, history: list[dict], 
         "observation": obs,
         "image": image,
         "prompt": build_messages(prompt_cfg, ep["instruction"], history, obs, sim.actions, scene_types),
-        "label": json.dumps(label, separators=(",", ":")),
+        "label": format_label(remaining, extras),
     }
 
 
@@ -201,17 +230,12 @@ def decompose_episodes(
     eps = list(episodes)
     out: list[dict] = []
     for i, ep in enumerate(progress(eps, desc=desc, unit="ep")):
-        out.extend(decompose_episode(ep, prompt_cfg, image_dir, where=wheres[i] if wheres else "",
-                                     recovery=recovery, seed=seed))
+        out.extend(
+            decompose_episode(
+                ep, prompt_cfg, image_dir, where=wheres[i] if wheres else "", recovery=recovery, seed=seed
+            )
+        )
     return out
-
-
-def _subsample(samples: list[dict], n: int, seed: int) -> list[dict]:
-    if not n or n >= len(samples):
-        return samples
-
-    idx = sorted(random.Random(seed).sample(range(len(samples)), n))
-    return [samples[i] for i in idx]
 
 
 def _steps_per_episode(samples: list[dict], k: int, seed: int) -> list[dict]:
@@ -260,20 +284,27 @@ def _split_metrics(samples: list[dict]) -> dict[str, Any]:
 
 
 def run_decompose(
-    cfg: DecomposeConfig, prompt_cfg: PromptConfig, episodes_dir: str | Path, out_dir: str | Path, metrics_path: str | Path
+    cfg: DecomposeConfig,
+    prompt_cfg: PromptConfig,
+    episodes_dir: str | Path,
+    out_dir: str | Path,
+    metrics_path: str | Path,
 ) -> dict[str, Any]:
     """Write ``out_dir/{train,val}.jsonl`` (+ ``images/``) and the metrics JSON; returns the metrics."""
-    from .episodes import parse_episode
+    from embodied_rft.world.episode import check_expert_plan
 
     episodes_dir, out_dir = Path(episodes_dir), Path(out_dir)
     image_dir = out_dir / "images" if cfg.images else None
     if prompt_cfg.observation == "image" and not cfg.images:
         raise DataError("prompt.observation=image needs decompose.images=true (the prompt refers to a rendered frame)")
     metrics: dict[str, Any] = {"config": {"train_split": cfg.train_split, "val_split": cfg.val_split}}
-    for name, split, cap in (("train", cfg.train_split, cfg.max_train_samples), ("val", cfg.val_split, cfg.max_val_samples)):
+    for name, split, cap in (
+        ("train", cfg.train_split, cfg.max_train_samples),
+        ("val", cfg.val_split, cfg.max_val_samples),
+    ):
         path = episodes_dir / f"{split}.jsonl"
         lines = [(f"{path}:{n}", rec) for n, rec in iter_jsonl(path)]
-        eps = [parse_episode(rec, w) for w, rec in lines]
+        eps = [check_expert_plan(rec, w) for w, rec in lines]
         if not eps:
             raise DataError(f"{path}: no episodes in split '{split}'; check data settings or decompose.{name}_split")
         wheres = [w for w, _ in lines]
@@ -281,13 +312,15 @@ def run_decompose(
         samples = decompose_episodes(eps, prompt_cfg, image_dir, f"decompose {name}", wheres, recovery, cfg.seed)
         if name == "train":
             samples = _steps_per_episode(samples, cfg.steps_per_episode, cfg.seed)
-        samples = _subsample(samples, cap, cfg.seed)
+        samples = seeded_subset(samples, cap, cfg.seed)
         with atomic_open(out_dir / f"{name}.jsonl") as fh:
             for s in samples:
                 fh.write(json.dumps(s, ensure_ascii=False, separators=(",", ":")) + "\n")
         metrics[name] = _split_metrics(samples)
         log.info("decompose %s: %d samples from %d episodes", name, len(samples), len(eps))
-    if any(json.loads(line).get("source") == "alfred" for line in _first_line(episodes_dir / f"{cfg.train_split}.jsonl")):
+    if any(
+        json.loads(line).get("source") == "alfred" for line in _first_line(episodes_dir / f"{cfg.train_split}.jsonl")
+    ):
         n = metrics["train"]["samples"]
         metrics["paper_comparison"] = {
             "paper_alfred_train_samples": PAPER_ALFRED_SAMPLES,

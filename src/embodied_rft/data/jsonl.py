@@ -1,18 +1,12 @@
-"""Atomic file writes and line-checked JSONL reading.
-
-Every artifact a stage writes goes through here: content is written to a temporary file in the same
-directory, flushed and fsynced, then ``os.replace``d onto the output path, so a killed stage never
-leaves a partial file where DVC (or the next stage) would read it. Readers name the file and line of
-any malformed record.
+"""Line-checked JSONL reading: readers name the file and line of any malformed record (and the field, through
+:func:`require`). Writing goes through :mod:`embodied_rft.core.atomic`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,46 +15,6 @@ T = TypeVar("T")
 
 class DataError(ValueError):
     """Bad input data; the message names the file, the line (when there is one) and the field."""
-
-
-@contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[Any]:
-    """Open a temp file next to ``path``; on clean exit fsync and rename it onto ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    with atomic_open(path) as fh:
-        fh.write(text)
-
-
-def write_json_atomic(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> None:
-    with atomic_open(path) as fh:
-        json.dump(obj, fh, indent=indent, sort_keys=False, ensure_ascii=False)
-        fh.write("\n")
-
-
-def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[Any]) -> int:
-    """Write one JSON object per line, atomically; returns the number of records."""
-    n = 0
-    with atomic_open(path) as fh:
-        for rec in records:
-            fh.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")))
-            fh.write("\n")
-            n += 1
-    return n
 
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:

@@ -4,7 +4,7 @@ Inputs: the instruction, the action history (id, name, env feedback), the observ
 for vision models) and the scene's :class:`~embodied_rft.world.actions.ActionSpace`.
 Output: chat messages ``[system, user]`` (OpenAI / ChatML shape; ``[user]`` with ``system=false``).
 
-Shape follows EmbodiedBench's EB-ALFRED prompt (FACTS §4): a system part with the role, the action rules,
+Shape follows EmbodiedBench's EB-ALFRED prompt (docs/facts.md §4.2): a system part with the role, the action rules,
 the action list and the output format; a user part with the instruction, the history as
 ``Step i, action id X, name, env feedback: ...`` and the current observation. Departures, all config:
 - ``style=compact`` states the same rules and format in fewer words, so a CPU model's prompt stays short;
@@ -53,8 +53,11 @@ class PromptConfig:
 
     def __post_init__(self) -> None:
         check(self.max_history >= 0, "prompt.max_history", f"must be >= 0 (0 = keep all), got {self.max_history}")
-        check(self.instruction_at in ("start", "end", "both"), "prompt.instruction_at",
-              f"must be one of start, end, both; got {self.instruction_at!r}")
+        check(
+            self.instruction_at in ("start", "end", "both"),
+            "prompt.instruction_at",
+            f"must be one of start, end, both; got {self.instruction_at!r}",
+        )
 
 
 _RULES_EB = """## Action Descriptions and Validity Rules

@@ -14,8 +14,8 @@ from .policy import (
     RandomPolicy,
 )
 from .report import PROXY_LABEL, render_markdown, table_rows
-from .stage import run_evaluate, select_episodes, split_paths
 from .runner import run_episodes
+from .stage import run_evaluate, select_episodes, split_paths
 from .store import ResultStore
 
 __all__ = [

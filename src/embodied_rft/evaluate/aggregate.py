@@ -23,7 +23,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from ..data.episodes import SUBSETS, TASK_TYPES
+from embodied_rft.schema import SUBSETS, TASK_TYPES
 
 
 def _mean(xs: Sequence[float]) -> float:

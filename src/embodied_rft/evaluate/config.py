@@ -3,7 +3,7 @@
 Input: the composed ``evaluate`` mapping, via ``config.build(EvalConfig, cfg["evaluate"], "evaluate")``.
 Output: :class:`EvalConfig`, read by :func:`embodied_rft.evaluate.stage.run_evaluate`.
 
-The episode limits are EmbodiedBench's (FACTS §4: 30 environment steps, 10 invalid actions). The planner-call
+The episode limits are EmbodiedBench's (docs/facts.md §4.3: 30 environment steps, 10 invalid actions). The planner-call
 cap is ours: EB has none, but each of its planner calls either executes an action or counts an invalid one,
 so 40 calls (30 + 10) can never cut an EB episode short; it only guards against a policy bug.
 """
@@ -36,7 +36,7 @@ class EvalConfig:
     ray_gpus_per_worker: float = 0.0
     # episodes a worker steps in lockstep, so one generation batch serves all of them
     episodes_per_task: int = 8
-    # EmbodiedBench's episode limits (FACTS §4)
+    # EmbodiedBench's episode limits (docs/facts.md §4.3)
     max_env_steps: int = 30
     # invalid actions (failed steps, unreadable or out-of-range plans) before the episode ends (EB: 10)
     max_invalid_actions: int = 10
@@ -51,7 +51,8 @@ class EvalConfig:
     # the generation backend and sampling (greedy by default, as EmbodiedBench evaluates)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     # per-model new-token caps overriding generation.max_new_tokens, e.g. {base: 48}: a randomly initialised
-    # tiny model never emits its end token (CALIBRATION.md), so on a CPU its 10 doomed planner calls are capped
+    # tiny model never emits its end token (docs/calibration.md §3.5), so on a CPU its 10 doomed planner calls
+    # are capped
     max_new_tokens_by_model: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -64,11 +65,19 @@ class EvalConfig:
         check(self.ray_gpus_per_worker >= 0, "ray_gpus_per_worker", f"must be >= 0, got {self.ray_gpus_per_worker}")
         check(self.episodes_per_task >= 1, "episodes_per_task", f"must be >= 1, got {self.episodes_per_task}")
         check(self.max_env_steps >= 1, "max_env_steps", f"must be >= 1 (EB: 30), got {self.max_env_steps}")
-        check(self.max_invalid_actions >= 1, "max_invalid_actions", f"must be >= 1 (EB: 10), got {self.max_invalid_actions}")
+        check(
+            self.max_invalid_actions >= 1,
+            "max_invalid_actions",
+            f"must be >= 1 (EB: 10), got {self.max_invalid_actions}",
+        )
         check(self.max_planner_calls >= 1, "max_planner_calls", f"must be >= 1, got {self.max_planner_calls}")
         for m, n in self.max_new_tokens_by_model.items():
             check(n >= 1, f"max_new_tokens_by_model.{m}", f"must be >= 1, got {n}")
-        check(self.max_offline_samples >= -1, "max_offline_samples", f"must be -1 (all), 0 (none) or a count, got {self.max_offline_samples}")
+        check(
+            self.max_offline_samples >= -1,
+            "max_offline_samples",
+            f"must be -1 (all), 0 (none) or a count, got {self.max_offline_samples}",
+        )
 
     @property
     def limits(self) -> EpisodeLimits:

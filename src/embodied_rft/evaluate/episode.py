@@ -4,7 +4,7 @@ Input: an episode record (``data/episodes/<split>.jsonl``), a :class:`~.policy.P
 (the same ``build_messages`` format as training) and the :class:`~.config.EpisodeLimits`. Output: one result
 record per episode (see :meth:`EpisodeRun.result`).
 
-The loop follows EB-ALFRED's evaluator (FACTS §4; ``eb_alfred_evaluator.py``, ``vlm_planner.json_to_action``):
+The loop follows EB-ALFRED's evaluator (docs/facts.md §4.3; ``eb_alfred_evaluator.py``, ``vlm_planner.json_to_action``):
 
 1. The planner gets the instruction, the action history (every executed action with its env feedback, failed
    ones included) and the current observation, and answers a plan.
@@ -95,7 +95,9 @@ class EpisodeRun:
 
     def messages(self) -> list[dict]:
         obs = self.sim.observe_text()
-        return build_messages(self.prompt_cfg, self.episode["instruction"], self.history, obs, self.space, self.scene_types)
+        return build_messages(
+            self.prompt_cfg, self.episode["instruction"], self.history, obs, self.space, self.scene_types
+        )
 
     def image(self) -> Any:
         return self.sim.render_image() if self.prompt_cfg.observation == "image" else None

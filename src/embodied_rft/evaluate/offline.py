@@ -2,91 +2,45 @@
 
 Input: decomposed samples (``data/decomposed/val.jsonl``: ``prompt`` messages, ``label``, optional ``image``
 relative to the samples' folder) and a generation backend, or already generated responses
-(:func:`score_responses`). Output: a dict with
-
-- ``json_valid_rate``: a JSON object could be recovered (the tolerant parser, as the reward reads it);
-- ``format_rate``: the object has all four EB keys (R_structure > 0);
-- ``reward_mean`` and each component's mean (``structure``, ``valid``, ``match``, ``accuracy``; FACTS §1.4);
-- ``exact_plan_rate``: the remaining plan is reproduced exactly (``accuracy_full``, the filter's C_x count);
-- ``prefix_accuracy``: mean R_accuracy = n(n+1)/(k(k+1)), the prefix credit the paper trains on;
-- ``avg_response_tokens`` when the backend reports them; and the same per subset.
-
-Rates and means over the scored samples are in [0, 1] (not %), matching ``metrics/grpo.json``'s rewards.
+(:func:`score_responses`). Output: the shared held-out metrics (:mod:`embodied_rft.scoring`: ``json_valid_rate``,
+``format_rate``, ``reward_mean`` and its terms, ``prefix_accuracy``, ``exact_plan_rate``, token counts), overall
+and per subset — the same names SFT's and GRPO's held-out checks report.
 """
 
 from __future__ import annotations
 
-import random
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..data.response import RESPONSE_KEYS, parse_response
 from ..reward import RewardConfig
-
-
-def select_samples(samples: Sequence[dict], limit: int, seed: int) -> list[dict]:
-    """``limit`` samples (seeded, in file order); -1 = all, 0 = none."""
-    if limit < 0 or limit >= len(samples):
-        return list(samples)
-    idx = sorted(random.Random(seed).sample(range(len(samples)), limit))
-    return [samples[i] for i in idx]
-
-
-def _summary(rows: Sequence[dict]) -> dict:
-    n = len(rows)
-    if not n:
-        return {"samples": 0}
-
-    def mean(key: str) -> float:
-        return round(sum(r[key] for r in rows) / n, 4)
-
-    out = {
-        "samples": n,
-        "json_valid_rate": mean("json_valid"),
-        "format_rate": mean("format"),
-        "reward_mean": mean("total"),
-        "structure_mean": mean("structure"),
-        "valid_mean": mean("valid"),
-        "match_mean": mean("match"),
-        "prefix_accuracy": mean("accuracy"),
-        "exact_plan_rate": mean("accuracy_full"),
-    }
-    toks = [r["tokens"] for r in rows if r.get("tokens") is not None]
-    if toks:
-        out["avg_response_tokens"] = round(sum(toks) / len(toks), 1)
-    return out
+from ..scoring import score_response, summarise
 
 
 def score_responses(
-    samples: Sequence[dict], responses: Sequence[str], reward_cfg: RewardConfig, tokens: Sequence[int] | None = None
+    samples: Sequence[dict],
+    responses: Sequence[str],
+    reward_cfg: RewardConfig,
+    tokens: Sequence[int] | None = None,
+    truncated: Sequence[bool] | None = None,
 ) -> dict:
-    """The offline metrics of ``responses`` (aligned with ``samples``)."""
+    """The offline metrics of ``responses`` (aligned with ``samples``), overall and per subset."""
     if len(samples) != len(responses):
         raise ValueError(f"score_responses: {len(samples)} samples but {len(responses)} responses")
+    by_subset: dict[str, list[dict]] = defaultdict(list)
     rows = []
     for i, (s, resp) in enumerate(zip(samples, responses, strict=True)):
-        obj = parse_response(resp)
-        rb = reward_cfg.score(resp, s["label"])
-        rows.append(
-            {
-                "subset": s.get("subset", "base"),
-                "json_valid": float(isinstance(obj, dict)),
-                "format": float(isinstance(obj, dict) and all(k in obj for k in RESPONSE_KEYS)),
-                "total": rb.total,
-                "structure": rb.structure,
-                "valid": rb.valid,
-                "match": rb.match,
-                "accuracy": rb.accuracy,
-                "accuracy_full": rb.accuracy_full,
-                "tokens": None if tokens is None else tokens[i],
-            }
+        row = score_response(
+            resp,
+            s["label"],
+            reward_cfg,
+            tokens=None if tokens is None else tokens[i],
+            truncated=None if truncated is None else truncated[i],
         )
-    by_subset: dict[str, list[dict]] = defaultdict(list)
-    for r in rows:
-        by_subset[r["subset"]].append(r)
-    return {**_summary(rows), "per_subset": {k: _summary(v) for k, v in sorted(by_subset.items())}}
+        rows.append(row)
+        by_subset[s.get("subset", "base")].append(row)
+    return {**summarise(rows), "per_subset": {k: summarise(v) for k, v in sorted(by_subset.items())}}
 
 
 def _load_image(root: Path, rel: str | None) -> Any:
@@ -115,4 +69,5 @@ def offline_metrics(
     outs = generator.complete([s["prompt"] for s in samples], images, n=1)
     responses = [cs[0].text for cs in outs]
     tokens = [cs[0].completion_tokens for cs in outs]
-    return score_responses(samples, responses, reward_cfg, tokens)
+    truncated = [cs[0].finish_reason == "length" for cs in outs]
+    return score_responses(samples, responses, reward_cfg, tokens, truncated)

@@ -3,7 +3,7 @@
 Input to :meth:`Policy.plan`: a batch of chat prompts (``data.prompt.build_messages``, the training format),
 their images (vision prompts) and, for the scripted policies, one :class:`PlanContext` per prompt (the
 episode, its action space, what has been executed). Output: one response text per prompt, in the EB JSON
-format (FACTS §1.4), which the episode runner parses and executes.
+format (docs/facts.md §1.4), which the episode runner parses and executes.
 
 - :class:`ModelPolicy` asks a generation backend (``hf`` or ``vllm``); it reads only the prompt, as a deployed
   planner would.
@@ -78,7 +78,9 @@ class ModelPolicy:
 
 def _need_contexts(contexts: Sequence[PlanContext] | None, n: int, who: str) -> Sequence[PlanContext]:
     if contexts is None or len(contexts) != n:
-        raise ValueError(f"{who} needs one PlanContext per prompt (got {None if contexts is None else len(contexts)} for {n})")
+        raise ValueError(
+            f"{who} needs one PlanContext per prompt (got {None if contexts is None else len(contexts)} for {n})"
+        )
     return contexts
 
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 PROXY_LABEL = "symbolic-simulator proxy, not EmbodiedBench numbers"
 
-# The paper's Table 1 column names -> our subset names (FACTS §4).
+# The paper's Table 1 column names -> our subset names (docs/facts.md §4.4).
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("base", "base"),
     ("common", "common_sense"),
@@ -29,7 +29,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("long", "long_horizon"),
 )
 
-# FACTS §2, for orientation beside the proxy numbers (EB-ALFRED success %, paper Table 1).
+# docs/facts.md §2, for orientation beside the proxy numbers (EB-ALFRED success %, paper Table 1).
 PAPER_ROWS: tuple[tuple[str, tuple[float, ...]], ...] = (
     ("Qwen2.5-VL-7B (base)", (1.7, 4, 2, 2, 2, 0, 0)),
     ("paper's model (7B, SFT+RFT)", (35.6, 54, 42, 46, 28, 38, 6)),
@@ -62,7 +62,9 @@ def plot_rows(models: Mapping[str, dict]) -> list[dict]:
         for _, subset in COLUMNS:
             s = per.get(subset)
             if s and s.get("episodes"):
-                rows.append({"label": f"{subset} | {name}", "model": name, "subset": subset, "success_rate": s["success_rate"]})
+                rows.append(
+                    {"label": f"{subset} | {name}", "model": name, "subset": subset, "success_rate": s["success_rate"]}
+                )
     return rows
 
 

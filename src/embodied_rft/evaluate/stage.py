@@ -22,7 +22,6 @@ evaluates on EB-ALFRED's 6 × 50 episodes in AI2-THOR; here the episodes are the
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import random
 import time
@@ -31,19 +30,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from embodied_rft.config import ConfigError, as_dict
-from embodied_rft.data.episodes import SUBSETS, read_episodes
-from embodied_rft.data.jsonl import write_json_atomic, write_text_atomic
+from embodied_rft.core.atomic import write_json_atomic, write_text_atomic
+from embodied_rft.core.subset import seeded_subset
 from embodied_rft.data.prompt import PromptConfig
-from embodied_rft.data.samples import read_samples
-from embodied_rft.models.integrity import check_checkpoint
-from embodied_rft.reward import RewardConfig
 from embodied_rft.evaluate.aggregate import aggregate, paired
 from embodied_rft.evaluate.config import EvalConfig
-from embodied_rft.evaluate.offline import offline_metrics, select_samples
+from embodied_rft.evaluate.offline import offline_metrics
 from embodied_rft.evaluate.policy import ModelPolicy, PolicySpec
 from embodied_rft.evaluate.report import PROXY_LABEL, plot_rows, render_markdown, table_rows
 from embodied_rft.evaluate.runner import run_episodes
 from embodied_rft.evaluate.store import ResultStore, dir_fingerprint, fingerprint
+from embodied_rft.models.integrity import check_checkpoint
+from embodied_rft.reward import RewardConfig
+from embodied_rft.schema import SUBSETS, read_samples
+from embodied_rft.world.episode import read_episodes
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,10 @@ def run_evaluate(
     samples: list[dict] = []
     if val_samples_path is not None and cfg.max_offline_samples != 0:
         # checked before any model runs: a sample without a label would otherwise fail after generation
-        samples = select_samples(read_samples(val_samples_path, what="held-out"), cfg.max_offline_samples, cfg.seed)
+        # max_offline_samples: -1 = all, 0 = none (checked above); the subset's own rule is 0 = all
+        samples = seeded_subset(
+            read_samples(val_samples_path, what="held-out"), max(cfg.max_offline_samples, 0), cfg.seed
+        )
     limits = cfg.limits
     common = {"limits": as_dict(limits), "prompt": as_dict(prompt_cfg)}
     results: dict[str, dict] = {}
@@ -136,7 +139,9 @@ def run_evaluate(
         if name in cfg.max_new_tokens_by_model:
             gen_cfg = dataclasses.replace(gen_cfg, max_new_tokens=cfg.max_new_tokens_by_model[name])
         spec = PolicySpec("model", str(model_dir), gen_cfg, cfg.seed)
-        fp = fingerprint({**common, "policy": "model", "model": dir_fingerprint(model_dir), "generation": as_dict(gen_cfg)})
+        fp = fingerprint(
+            {**common, "policy": "model", "model": dir_fingerprint(model_dir), "generation": as_dict(gen_cfg)}
+        )
         store = ResultStore(work_dir / name / "episodes.jsonl", fp, resume=cfg.resume)
         # In-process runs share one loaded model between the interactive and the offline evaluation.
         policy = spec.build() if cfg.workers == 1 else None
@@ -162,14 +167,26 @@ def run_evaluate(
             # per-episode outcomes, for paired comparisons here and across seeds (embodied_rft.tools.seeds)
             "episode_success": {r["episode_id"]: bool(r["success"]) for r in recs},
         }
-        timing[name] = {"interactive_s": round(t1 - t0, 2), "offline_s": round(t2 - t1, 2),
-                        "episodes_per_s": round(len(recs) / max(t1 - t0, 1e-9), 3)}
-        log.info("evaluate %s: success %.1f%% on %d episodes", name, results[name]["interactive"]["overall"].get("success_rate", 0.0), len(recs))
+        timing[name] = {
+            "interactive_s": round(t1 - t0, 2),
+            "offline_s": round(t2 - t1, 2),
+            "episodes_per_s": round(len(recs) / max(t1 - t0, 1e-9), 3),
+        }
+        log.info(
+            "evaluate %s: success %.1f%% on %d episodes",
+            name,
+            results[name]["interactive"]["overall"].get("success_rate", 0.0),
+            len(recs),
+        )
 
     for kind in cfg.reference_policies:
         t0 = time.perf_counter()
         spec = PolicySpec(kind, seed=cfg.seed)  # type: ignore[arg-type]
-        store = ResultStore(work_dir / f"_{kind}" / "episodes.jsonl", fingerprint({**common, "policy": kind, "seed": cfg.seed}), resume=cfg.resume)
+        store = ResultStore(
+            work_dir / f"_{kind}" / "episodes.jsonl",
+            fingerprint({**common, "policy": kind, "seed": cfg.seed}),
+            resume=cfg.resume,
+        )
         recs = run_episodes(episodes, spec, prompt_cfg, limits, store, desc=f"evaluate {kind}", **run_kw)
         dt = time.perf_counter() - t0
         results[kind] = {"model_dir": None, "reference": True, "interactive": aggregate(recs), "offline": None}

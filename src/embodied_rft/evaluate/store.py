@@ -13,30 +13,29 @@ whose content changed under the same id is run again.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
-from ..data.fingerprint import folder_digests
-from ..data.jsonl import write_json_atomic
+from embodied_rft.core.atomic import write_json_atomic
+from embodied_rft.core.digest import folder_digests, json_digest
 
 log = logging.getLogger(__name__)
 
 
 def episode_hash(ep: dict) -> str:
-    return hashlib.sha256(json.dumps(ep, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+    return json_digest(ep, 16, ensure_ascii=False)
 
 
 def dir_fingerprint(path: str | os.PathLike) -> str:
-    """A digest of a checkpoint directory: its files' names and contents (:mod:`..data.fingerprint`'s rule)."""
+    """A digest of a checkpoint directory: its files' names and contents (:mod:`embodied_rft.core.digest`'s rule)."""
     return fingerprint(folder_digests(path))
 
 
 def fingerprint(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+    return json_digest(obj)
 
 
 class ResultStore:

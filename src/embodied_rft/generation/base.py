@@ -100,7 +100,7 @@ class Generator(abc.ABC):
         )
         return [[c.text for c in cs] for cs in out]
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a no-op by default; backends holding resources override it
         """Free the model (a no-op unless the backend holds external resources)."""
 
     def __enter__(self) -> Generator:
@@ -185,7 +185,9 @@ def content_parts(messages: Messages, images: list[Any]) -> tuple[list[dict], li
             for i, piece in enumerate(pieces):
                 if i > 0:
                     if not pending:
-                        raise ValueError(f"message has {len(pieces) - 1} {IMAGE_PLACEHOLDER} placeholders but fewer images")
+                        raise ValueError(
+                            f"message has {len(pieces) - 1} {IMAGE_PLACEHOLDER} placeholders but fewer images"
+                        )
                     ordered.append(pending.pop(0))
                     parts.append({"type": "image"})
                 if piece:

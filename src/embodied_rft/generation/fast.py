@@ -48,5 +48,9 @@ class FastGenerator(HFGenerator):
     ) -> list[list[Completion]]:
         # the chat template already wrote any BOS token; don't let the tokenizer add another
         ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-        out = self.sampler.sample(ids, n, max_new_tokens=mnt, temperature=temp, top_p=tp, eos_ids=self.eos_ids, seed=seed)
-        return [[self._completion(t, len(prompt)) for t in group] for prompt, group in zip(ids, out.tokens, strict=True)]
+        out = self.sampler.sample(
+            ids, n, max_new_tokens=mnt, temperature=temp, top_p=tp, eos_ids=self.eos_ids, seed=seed
+        )
+        return [
+            [self._completion(t, len(prompt)) for t in group] for prompt, group in zip(ids, out.tokens, strict=True)
+        ]

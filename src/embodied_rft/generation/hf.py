@@ -69,7 +69,9 @@ class HFGenerator(Generator):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.eos_ids = self._eos_ids()
         if not self.eos_ids:
-            raise ValueError("the tokenizer and generation config name no end-of-sequence token; generation would never stop")
+            raise ValueError(
+                "the tokenizer and generation config name no end-of-sequence token; generation would never stop"
+            )
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, cfg: GenerationConfig) -> HFGenerator:

@@ -15,7 +15,7 @@ Four kinds, one entry point (:func:`embodied_rft.models.build_base_model`):
   folder); the paper's Qwen2.5-VL-7B-Instruct on GPU machines.
 
 Departure from the paper: the paper only ever used Qwen2.5-VL-7B; the tiny kinds exist so the whole pipeline
-runs and shows learning on a 2-core CPU (CALIBRATION.md: a 3M model beats a 17.5M one at equal CPU time).
+runs and shows learning on a 2-core CPU (docs/calibration.md §3.1: a 3M model beats a 17.5M one at equal CPU time).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ KINDS = ("tiny", "tiny_vl", "gguf", "pretrained")
 class TextArch:
     """Shape of the tiny Qwen2 language model (``tiny`` and ``tiny_vl``; ignored by pretrained kinds)."""
 
-    # Hidden width. CALIBRATION.md: 256 trains fastest per CPU-second on this task (Qwen2.5-VL-7B: 3584).
+    # Hidden width. docs/calibration.md §3.1: 256 trains fastest per CPU-second on this task (Qwen2.5-VL-7B: 3584).
     hidden_size: int = 256
     # Decoder layers (Qwen2.5-VL-7B: 28).
     num_layers: int = 4
@@ -50,7 +50,14 @@ class TextArch:
     tie_word_embeddings: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "max_position_embeddings"):
+        for name in (
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+        ):
             check(getattr(self, name) >= 1, f"model.text.{name}", f"must be >= 1, got {getattr(self, name)}")
         check(
             self.hidden_size % self.num_heads == 0,
@@ -63,7 +70,11 @@ class TextArch:
             f"must divide num_heads ({self.num_heads}), got {self.num_kv_heads}",
         )
         head_dim = self.hidden_size // self.num_heads
-        check(head_dim % 16 == 0, "model.text.num_heads", f"head width hidden_size/num_heads must be a multiple of 16 (multimodal rotary sections), got {head_dim}")
+        check(
+            head_dim % 16 == 0,
+            "model.text.num_heads",
+            f"head width hidden_size/num_heads must be a multiple of 16 (multimodal rotary sections), got {head_dim}",
+        )
         check(self.rope_theta > 0, "model.text.rope_theta", f"must be > 0, got {self.rope_theta}")
 
 
@@ -89,7 +100,16 @@ class VisionArch:
     window_size: int = 112
 
     def __post_init__(self) -> None:
-        for name in ("depth", "hidden_size", "num_heads", "intermediate_size", "patch_size", "spatial_merge_size", "temporal_patch_size", "window_size"):
+        for name in (
+            "depth",
+            "hidden_size",
+            "num_heads",
+            "intermediate_size",
+            "patch_size",
+            "spatial_merge_size",
+            "temporal_patch_size",
+            "window_size",
+        ):
             check(getattr(self, name) >= 1, f"model.vision.{name}", f"must be >= 1, got {getattr(self, name)}")
         check(
             self.hidden_size % self.num_heads == 0 and (self.hidden_size // self.num_heads) % 4 == 0,
@@ -125,7 +145,7 @@ class ModelConfig:
     # Seed of the random initialisation of the tiny kinds (and of tokenizer training order).
     seed: int = 0
     # Tiny kinds: size of the byte-level BPE vocabulary trained on the corpus, special tokens included.
-    # ~1.2k on this task's text keeps sequences ~22% shorter than a generic 8k vocab (CALIBRATION.md).
+    # ~1.2k on this task's text keeps sequences ~22% shorter than a generic 8k vocab (docs/calibration.md §3.2).
     vocab_size: int = 1536
     # Tiny kinds: a merge must be seen at least this often in the corpus to enter the vocabulary.
     min_frequency: int = 2
@@ -156,7 +176,11 @@ class ModelConfig:
                 "model.gguf_package",
                 "kind=gguf needs exactly one of path (a folder) or gguf_package (a Python package shipping the file)",
             )
-        check(self.vocab_size >= 300, "model.vocab_size", f"must be >= 300 (256 byte symbols + specials + merges), got {self.vocab_size}")
+        check(
+            self.vocab_size >= 300,
+            "model.vocab_size",
+            f"must be >= 300 (256 byte symbols + specials + merges), got {self.vocab_size}",
+        )
         check(self.min_frequency >= 1, "model.min_frequency", f"must be >= 1, got {self.min_frequency}")
         check(self.image_min_pixels >= 1, "model.image_min_pixels", f"must be >= 1, got {self.image_min_pixels}")
         check(

@@ -19,8 +19,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from embodied_rft.core.atomic import atomic_directory
+
 from ..config import as_dict
-from .atomic import atomic_directory
 from .chat_template import END_OF_TEXT, chatml_template
 from .config import ModelConfig
 from .integrity import check_checkpoint
@@ -110,7 +111,9 @@ def build_base_model(model_cfg: ModelConfig, corpus: Iterable[str], out_dir: str
             copy_checkpoint(src, tmp)
             vision = is_vision_checkpoint(tmp)
             if vision or cfg.chat_template == "chatml":
-                tok = load_processor(tmp, trust_remote_code=cfg.trust_remote_code) if vision else load_tokenizer(tmp, cfg)
+                tok = (
+                    load_processor(tmp, trust_remote_code=cfg.trust_remote_code) if vision else load_tokenizer(tmp, cfg)
+                )
                 _apply_template(tok, cfg, vision)
                 if vision:
                     _set_image_pixels(tok, cfg)
@@ -146,7 +149,9 @@ def load_tokenizer(path: Path, cfg: ModelConfig | None = None) -> Any:
         from transformers import TokenizersBackend
 
         return forget_load_kwargs(TokenizersBackend.from_pretrained(path))
-    return forget_load_kwargs(AutoTokenizer.from_pretrained(path, trust_remote_code=bool(cfg and cfg.trust_remote_code)))
+    return forget_load_kwargs(
+        AutoTokenizer.from_pretrained(path, trust_remote_code=bool(cfg and cfg.trust_remote_code))
+    )
 
 
 def _finish(model: Any, for_training: bool) -> Any:
@@ -187,7 +192,9 @@ def load_model(
             return _finish(model, for_training), tok
         path = resolve_checkpoint(str(cfg.path))
         check_checkpoint(path)
-        model, tok = _load_folder(path, dtype or cfg.dtype, attn_implementation or cfg.attn_implementation, cfg.trust_remote_code)
+        model, tok = _load_folder(
+            path, dtype or cfg.dtype, attn_implementation or cfg.attn_implementation, cfg.trust_remote_code
+        )
         vision = is_vision_checkpoint(path)
         _apply_template(tok, cfg, vision)
         if vision:

@@ -50,8 +50,11 @@ def _safetensors_problem(path: Path) -> str | None:
             return "header is not valid JSON"
     if not isinstance(header, dict):
         return "header is not a JSON object"
-    ends = [t["data_offsets"][1] for k, t in header.items()
-            if k != "__metadata__" and isinstance(t, dict) and "data_offsets" in t]
+    ends = [
+        t["data_offsets"][1]
+        for k, t in header.items()
+        if k != "__metadata__" and isinstance(t, dict) and "data_offsets" in t
+    ]
     need = 8 + n + max(ends, default=0)
     if size < need:
         return f"{size} bytes, but its header describes {need} (cut short)"

@@ -54,7 +54,9 @@ def gguf_path(cfg: ModelConfig) -> Path:
     f = folder / str(cfg.gguf_file)
     if not f.is_file():
         found = sorted(p.name for p in folder.glob("*.gguf")) if folder.is_dir() else []
-        raise ModelNotAvailableError(f"model.gguf_file: {cfg.gguf_file!r} not found in {where}; GGUF files there: {found}")
+        raise ModelNotAvailableError(
+            f"model.gguf_file: {cfg.gguf_file!r} not found in {where}; GGUF files there: {found}"
+        )
     return f
 
 

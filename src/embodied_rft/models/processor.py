@@ -29,7 +29,13 @@ class ImageOnlyQwen2_5_VLProcessor(Qwen2_5_VLProcessor):
     def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
         # ProcessorMixin derives the sub-processor list from this signature: no video_processor here, so
         # none is looked up, checked or saved.
-        super().__init__(image_processor=image_processor, tokenizer=tokenizer, video_processor=None, chat_template=chat_template, **kwargs)
+        super().__init__(
+            image_processor=image_processor,
+            tokenizer=tokenizer,
+            video_processor=None,
+            chat_template=chat_template,
+            **kwargs,
+        )
 
 
 def _processor_class(path: Path) -> str | None:

@@ -130,7 +130,9 @@ def build_tiny(cfg: ModelConfig, corpus: Iterable[str]) -> tuple[Any, Any]:
         temporal_patch_size=v.temporal_patch_size,
         merge_size=v.spatial_merge_size,
     )
-    processor = ImageOnlyQwen2_5_VLProcessor(image_processor=image_processor, tokenizer=tok, chat_template=tok.chat_template)
+    processor = ImageOnlyQwen2_5_VLProcessor(
+        image_processor=image_processor, tokenizer=tok, chat_template=tok.chat_template
+    )
     n_vis = sum(p.numel() for n, p in model.named_parameters() if "visual" in n)
     log.info(
         "built tiny Qwen2.5-VL: %.2fM parameters (vision %.2fM), vocab %d",

@@ -7,7 +7,7 @@ as end-of-sequence and ``<|endoftext|>`` as padding (Qwen2.5-Instruct's conventi
 
 Byte-level BPE (GPT-2 / Qwen style: all 256 byte symbols in the base alphabet) so any text, even text never
 seen in training, tokenises without unknown tokens. A task-specific vocabulary keeps sequences short
-(CALIBRATION.md: ~1.2k merges on this task's text gave sequences ~22% shorter than a generic 8k vocab), which
+(docs/calibration.md §3.2: ~1.2k merges on this task's text gave sequences ~22% shorter than a generic 8k vocab), which
 is most of what makes CPU training fast. Training is deterministic for a given corpus order.
 """
 
@@ -99,7 +99,9 @@ def train_tokenizer(
     tok.train_from_iterator(_counted(corpus, seen), trainer=trainer)
     if seen[0] == 0:
         raise EmptyCorpusError("the tokenizer corpus is empty: pass the prompts and responses the model will train on")
-    log.info("trained a byte-level BPE tokenizer: %d texts, vocab %d (asked %d)", seen[0], tok.get_vocab_size(), vocab_size)
+    log.info(
+        "trained a byte-level BPE tokenizer: %d texts, vocab %d (asked %d)", seen[0], tok.get_vocab_size(), vocab_size
+    )
 
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,

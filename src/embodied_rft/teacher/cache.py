@@ -52,8 +52,12 @@ def cache_key(request: dict[str, Any], sample_index: int) -> str:
     """sha256 of the canonical JSON of (request, sample index); the request holds messages, model and
     sampling params. Images travel inside the messages as data URLs and enter the key by their digest, so
     a changed image is a new key."""
-    blob = json.dumps({"request": _digest_data_urls(request), "sample_index": sample_index},
-                      sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    blob = json.dumps(
+        {"request": _digest_data_urls(request), "sample_index": sample_index},
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
@@ -87,8 +91,17 @@ class ResponseCache:
         with self._lock:
             cur = self._db.execute(
                 "INSERT OR IGNORE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, model, sample_id, sample_index, answer.text, answer.tokens_in, answer.tokens_out,
-                 answer.finish_reason, time.time()),
+                (
+                    key,
+                    model,
+                    sample_id,
+                    sample_index,
+                    answer.text,
+                    answer.tokens_in,
+                    answer.tokens_out,
+                    answer.finish_reason,
+                    time.time(),
+                ),
             )
             return cur.rowcount == 1
 

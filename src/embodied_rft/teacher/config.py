@@ -46,13 +46,22 @@ class ScriptedConfig:
             check(0.0 <= value <= 1.0, f"teacher.scripted.{name}", f"must be in [0, 1], got {value}")
         unknown = sorted(set(self.error_mix) - set(ERROR_KINDS))
         check(not unknown, "teacher.scripted.error_mix", f"unknown kinds {unknown}; choose from {list(ERROR_KINDS)}")
-        check(all(w >= 0 for w in self.error_mix.values()) and sum(self.error_mix.values()) > 0,
-              "teacher.scripted.error_mix", f"weights must be >= 0 and not all 0, got {dict(self.error_mix)}")
+        check(
+            all(w >= 0 for w in self.error_mix.values()) and sum(self.error_mix.values()) > 0,
+            "teacher.scripted.error_mix",
+            f"weights must be >= 0 and not all 0, got {dict(self.error_mix)}",
+        )
 
 
 # the planning mistakes of the scripted teacher's error model (embodied_rft.teacher.scripted.make_error)
 ERROR_KINDS = ("wrong_object", "wrong_receptacle", "skip_step", "extra_step", "swap_steps")
-DEFAULT_ERROR_MIX = {"wrong_object": 0.3, "wrong_receptacle": 0.3, "skip_step": 0.15, "extra_step": 0.15, "swap_steps": 0.1}
+DEFAULT_ERROR_MIX = {
+    "wrong_object": 0.3,
+    "wrong_receptacle": 0.3,
+    "skip_step": 0.15,
+    "extra_step": 0.15,
+    "swap_steps": 0.1,
+}
 
 
 @dataclass(frozen=True)
@@ -145,8 +154,11 @@ class RetryConfig:
             f"must be >= 0, got {self.max_retry_after_s}",
         )
         check(self.max_total_s > 0, "teacher.retry.max_total_s", f"must be > 0, got {self.max_total_s}")
-        check(self.max_consecutive_give_ups >= 0, "teacher.retry.max_consecutive_give_ups",
-              f"must be >= 0 (0 = never stop), got {self.max_consecutive_give_ups}")
+        check(
+            self.max_consecutive_give_ups >= 0,
+            "teacher.retry.max_consecutive_give_ups",
+            f"must be >= 0 (0 = never stop), got {self.max_consecutive_give_ups}",
+        )
 
 
 @dataclass(frozen=True)

@@ -37,14 +37,16 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ..data.jsonl import DataError, atomic_open, read_jsonl, require, write_json_atomic
-from ..data.samples import parse_sample
+from embodied_rft.core.atomic import atomic_open, write_json_atomic
+from embodied_rft.schema import parse_sample
+
+from ..data.jsonl import DataError, read_jsonl, require
 from .base import ANSWER_KINDS, REQUEST_KINDS, RUN_KINDS, Answer, FatalTeacherError
 from .cache import ResponseCache, cache_key
 from .config import TeacherConfig
 from .redact import redact, redacting_logs
-from .retry import Budget, BudgetExhausted, Counters, GaveUp, RateLimiter, Stopped, call_with_retry
 from .registry import build_teacher
+from .retry import Budget, BudgetExhausted, Counters, GaveUp, RateLimiter, Stopped, call_with_retry
 from .validate import validate_answer
 
 log = logging.getLogger(__name__)
@@ -96,12 +98,18 @@ class _Run:
         rng = random.Random(int(key[:16], 16))  # jitter; seeded so a rerun behaves alike
         answer = call_with_retry(
             lambda: self.teacher.ask(sample, index, request),
-            cfg=self.cfg.retry, limiter=self.limiter, budget=self.budget, counters=self.counters,
-            stop=self.stop, rng=rng, label=str(sample["sample_id"]),
+            cfg=self.cfg.retry,
+            limiter=self.limiter,
+            budget=self.budget,
+            counters=self.counters,
+            stop=self.stop,
+            rng=rng,
+            label=str(sample["sample_id"]),
         )
         if self.cache is not None:
-            self.cache.put(key, answer, model=self.teacher.model, sample_id=str(sample["sample_id"]),
-                           sample_index=index)
+            self.cache.put(
+                key, answer, model=self.teacher.model, sample_id=str(sample["sample_id"]), sample_index=index
+            )
         self.budget.add_tokens(answer.tokens_in + answer.tokens_out)
         self.counters.add("tokens_in", answer.tokens_in)
         self.counters.add("tokens_out", answer.tokens_out)
@@ -127,7 +135,7 @@ class _Run:
         try:
             if self.teacher.concurrency <= 1:
                 for key, (sample, index) in ask:
-                    self._settle(key, lambda: self.fetch(key, sample, index), got, missing)
+                    self._settle(key, lambda: self.fetch(key, sample, index), got, missing)  # noqa: B023 - called in this iteration
                     bar.update()
             else:
                 self._ask_parallel(ask, got, missing, bar)
@@ -146,8 +154,10 @@ class _Run:
             # Ctrl-C or a fatal error: stop new requests; in-flight ones finish (bounded by the request
             # timeout) so answers already being paid for still reach the cache.
             self.stop.set()
-            log.warning("stopping: waiting for %d in-flight request(s) to land in the cache",
-                        sum(1 for f in futures if f.running()))
+            log.warning(
+                "stopping: waiting for %d in-flight request(s) to land in the cache",
+                sum(1 for f in futures if f.running()),
+            )
             pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
@@ -176,8 +186,10 @@ class _Run:
         limit = self.cfg.retry.max_consecutive_give_ups
         if limit and self.give_ups_in_a_row >= limit and self.endpoint_down is None:
             self.endpoint_down = f"{self.give_ups_in_a_row} requests in a row gave up (last: {exc.kind})"
-            log.error("the teacher endpoint looks down: %s; stopping this run (a rerun asks again what is missing)",
-                      self.endpoint_down)
+            log.error(
+                "the teacher endpoint looks down: %s; stopping this run (a rerun asks again what is missing)",
+                self.endpoint_down,
+            )
             self.stop.set()
 
 
@@ -205,7 +217,9 @@ def run_distill(
     samples = read_jsonl(samples_path, lambda rec, where: _parse_sample(rec, where, image_root))
     if not samples:
         # an empty SFT set would only fail later, in `sft`, naming the wrong file
-        raise DataError(f"{samples_path}: no decomposed samples to distil; check decompose.train_split and the episodes")
+        raise DataError(
+            f"{samples_path}: no decomposed samples to distil; check decompose.train_split and the episodes"
+        )
     if cfg.max_samples is not None:
         samples = samples[: cfg.max_samples]
     if cfg.validate == "simulate":
@@ -342,8 +356,13 @@ def _distill(
         metrics["cache_entries"] = cache_rows
     log.info(
         "distill: %d/%d samples kept (answer acceptance %.1f%%), %d requests, %d cache hits, %d+%d tokens%s",
-        kept, n, 100 * metrics["acceptance_rate"], metrics["requests"], metrics["cache_hits"],
-        metrics["tokens_in"], metrics["tokens_out"], "; STOPPED BY BUDGET" if metrics["stopped_by_budget"] else "",
+        kept,
+        n,
+        100 * metrics["acceptance_rate"],
+        metrics["requests"],
+        metrics["cache_hits"],
+        metrics["tokens_in"],
+        metrics["tokens_out"],
+        "; STOPPED BY BUDGET" if metrics["stopped_by_budget"] else "",
     )
     return metrics
-

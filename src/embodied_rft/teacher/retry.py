@@ -91,9 +91,7 @@ class RateLimiter:
     """Spaces request starts 60/rpm seconds apart across threads; ``pause_until`` holds everyone back
     (a server's Retry-After applies to the whole client, not just the request that got it)."""
 
-    def __init__(
-        self, requests_per_minute: float, stop: threading.Event, clock: Callable[[], float] = time.monotonic
-    ):
+    def __init__(self, requests_per_minute: float, stop: threading.Event, clock: Callable[[], float] = time.monotonic):
         self.interval = 60.0 / requests_per_minute if requests_per_minute > 0 else 0.0
         self.stop = stop
         self.clock = clock
@@ -159,7 +157,9 @@ def call_with_retry(
                 raise GaveUp(err.kind, f"{err} (after {attempt + 1} tries)") from None
             if err.retry_after is not None:
                 if err.retry_after > cfg.max_retry_after_s:
-                    raise GaveUp(err.kind, f"server asked to wait {err.retry_after:.0f} s > max_retry_after_s") from None
+                    raise GaveUp(
+                        err.kind, f"server asked to wait {err.retry_after:.0f} s > max_retry_after_s"
+                    ) from None
                 delay = err.retry_after
                 limiter.pause_until(clock() + delay)
             else:

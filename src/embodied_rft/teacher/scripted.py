@@ -25,6 +25,8 @@ import json
 import random
 import re
 
+from embodied_rft.schema import read_label
+
 from ..world.actions import DROP, PUT_DOWN, ActionSpace, split_action
 from .base import Answer
 from .config import ScriptedConfig
@@ -33,16 +35,39 @@ from .config import ScriptedConfig
 # held, short enough for the tiny model's context.
 _VISUAL_WORDS = 25
 
-_FAILED_RE = re.compile(r"\b(invalid|fail(ed|s|ure)?|cannot|can't|unable|not (possible|valid|found|visible|reachable))\b", re.I)
+_FAILED_RE = re.compile(
+    r"\b(invalid|fail(ed|s|ure)?|cannot|can't|unable|not (possible|valid|found|visible|reachable))\b", re.I
+)
 
 _TASK_CLAUSE = {
-    "pick_and_place_simple": ("the object only has to end up in the right receptacle", "it is a simple pick-and-place task"),
-    "pick_two_obj_and_place": ("two objects of the same type must end up in the same receptacle", "both objects have to be placed together"),
-    "look_at_obj_in_light": ("I must hold the object while a lamp is switched on", "the object has to be examined under a lamp"),
-    "pick_clean_then_place_in_recep": ("the object must be rinsed in the sink before it is placed", "the object needs cleaning at the sink first"),
-    "pick_heat_then_place_in_recep": ("the object must be heated in the microwave before it is placed", "the object needs heating in the microwave first"),
-    "pick_cool_then_place_in_recep": ("the object must be cooled in the fridge before it is placed", "the object needs cooling in the fridge first"),
-    "pick_and_place_with_movable_recep": ("the object goes into a container that is then placed", "the object must be carried in a movable container"),
+    "pick_and_place_simple": (
+        "the object only has to end up in the right receptacle",
+        "it is a simple pick-and-place task",
+    ),
+    "pick_two_obj_and_place": (
+        "two objects of the same type must end up in the same receptacle",
+        "both objects have to be placed together",
+    ),
+    "look_at_obj_in_light": (
+        "I must hold the object while a lamp is switched on",
+        "the object has to be examined under a lamp",
+    ),
+    "pick_clean_then_place_in_recep": (
+        "the object must be rinsed in the sink before it is placed",
+        "the object needs cleaning at the sink first",
+    ),
+    "pick_heat_then_place_in_recep": (
+        "the object must be heated in the microwave before it is placed",
+        "the object needs heating in the microwave first",
+    ),
+    "pick_cool_then_place_in_recep": (
+        "the object must be cooled in the fridge before it is placed",
+        "the object needs cooling in the fridge first",
+    ),
+    "pick_and_place_with_movable_recep": (
+        "the object goes into a container that is then placed",
+        "the object must be carried in a movable container",
+    ),
 }
 
 # Natural-language renderings of each verb, one chosen per answer ({x} = object words).
@@ -57,27 +82,55 @@ _VERB_NL = {
 }
 _PUT_NL = ("put the {h} {prep} the {r}", "place the {h} {prep} the {r}", "set the {h} down {prep} the {r}")
 # receptacles one puts things *in* (the rest: *on*), so the NL plan reads naturally
-_IN = {"Microwave", "Fridge", "Cabinet", "Drawer", "Box", "Safe", "Sink", "Bathtub", "GarbageCan", "Cup", "Mug",
-       "Bowl", "Pot", "Pan", "Kettle", "Vase", "Cart"}
+_IN = {
+    "Microwave",
+    "Fridge",
+    "Cabinet",
+    "Drawer",
+    "Box",
+    "Safe",
+    "Sink",
+    "Bathtub",
+    "GarbageCan",
+    "Cup",
+    "Mug",
+    "Bowl",
+    "Pot",
+    "Pan",
+    "Kettle",
+    "Vase",
+    "Cart",
+}
 _DROP_NL = ("drop the {h}", "let go of the {h}", "drop the {h}")
 _NUMBERING = ("{i}. {s}", "Step {i}: {s}", "({i}) {s}")
 _JOINERS = (" ", "; ", "\n")
 
 _VISUAL = ("{obs}", "From here: {obs}", "Current view: {obs}", "Looking around: {obs}")
-_FIRST_PERSON = ((re.compile(r"\bYou are\b"), "I am"), (re.compile(r"\byou are\b"), "I am"),
-                 (re.compile(r"\b[Yy]ou see\b"), "I see"), (re.compile(r"\b[Yy]ou hold\b"), "I hold"),
-                 (re.compile(r"\b[Yy]our\b"), "my"))
+_FIRST_PERSON = (
+    (re.compile(r"\bYou are\b"), "I am"),
+    (re.compile(r"\byou are\b"), "I am"),
+    (re.compile(r"\b[Yy]ou see\b"), "I see"),
+    (re.compile(r"\b[Yy]ou hold\b"), "I hold"),
+    (re.compile(r"\b[Yy]our\b"), "my"),
+)
 _HOLD = (" I am holding the {h}.", " The {h} is in my hand.", " My hand holds the {h}.")
 
 _OPEN = ("The task is to {goal}.", "Goal: {goal}.", "I need to {goal}.", "My instruction is to {goal}.")
-_START = ("Nothing has been done yet, so I start with: {next}.", "No actions so far; first I will {next}.",
-          "This is the first step, so I begin to {next}.")
-_PROGRESS = ("I have done {n} step(s), the last being '{last}', which worked. Next I {next}.",
-             "So far {n} action(s) succeeded, most recently '{last}'. Now I should {next}.",
-             "After {n} step(s) ending with '{last}', the remaining work starts with: {next}.")
-_FAILED = ("My last action '{last}' failed ({fb}), so I adjust the plan and {next}.",
-           "The feedback says '{last}' did not work ({fb}); I must replan and first {next}.",
-           "'{last}' was invalid ({fb}), so the plan changes: next I {next}.")
+_START = (
+    "Nothing has been done yet, so I start with: {next}.",
+    "No actions so far; first I will {next}.",
+    "This is the first step, so I begin to {next}.",
+)
+_PROGRESS = (
+    "I have done {n} step(s), the last being '{last}', which worked. Next I {next}.",
+    "So far {n} action(s) succeeded, most recently '{last}'. Now I should {next}.",
+    "After {n} step(s) ending with '{last}', the remaining work starts with: {next}.",
+)
+_FAILED = (
+    "My last action '{last}' failed ({fb}), so I adjust the plan and {next}.",
+    "The feedback says '{last}' did not work ({fb}); I must replan and first {next}.",
+    "'{last}' was invalid ({fb}), so the plan changes: next I {next}.",
+)
 _CLAUSE = (" Note that {c}.", " Remember: {c}.", " Here {c}.")
 _FINISH = (" {k} action(s) remain.", " The plan below has {k} step(s).", "")
 
@@ -107,10 +160,8 @@ def _rng(seed: int, sample_id: str, sample_index: int) -> random.Random:
 
 def parse_label(sample: dict) -> tuple[list[tuple[int, str]], ActionSpace]:
     """The gold remaining plan [(id, name)] and the sample's action space from its ``label`` JSON string."""
-    label = sample["label"]
-    label = json.loads(label) if isinstance(label, str) else label
-    gold = [(int(a), str(n)) for a, n in label["gold"]]
-    return gold, ActionSpace(tuple(label.get("extra_actions", ())))
+    gold, extras = read_label(sample["label"], str(sample.get("sample_id", "sample")))
+    return gold, ActionSpace(extras)
 
 
 def _held_after(history: list[dict]) -> str | None:
@@ -135,8 +186,13 @@ def nl_steps(plan: list[str], held: str | None, last_found: str | None, style: i
         verb, target = split_action(name)
         if name == PUT_DOWN:
             r_type = (last_found or "").partition("_")[0]
-            out.append(_PUT_NL[style].format(h=_words(held) if held else "object", prep="in" if r_type in _IN else "on",
-                                             r=_words(last_found) if last_found else "receptacle"))
+            out.append(
+                _PUT_NL[style].format(
+                    h=_words(held) if held else "object",
+                    prep="in" if r_type in _IN else "on",
+                    r=_words(last_found) if last_found else "receptacle",
+                )
+            )
             held = None
         elif name == DROP:
             out.append(_DROP_NL[style].format(h=_words(held) if held else "object"))
@@ -216,7 +272,9 @@ class ScriptedTeacher:
             last = history[-1]
             fb = " ".join(str(last.get("feedback", "")).split())
             if _FAILED_RE.search(fb):
-                reasoning += " " + rng.choice(_FAILED).format(last=last["action_name"], fb=_truncate_words(fb, 12).rstrip("."), next=nxt)
+                reasoning += " " + rng.choice(_FAILED).format(
+                    last=last["action_name"], fb=_truncate_words(fb, 12).rstrip("."), next=nxt
+                )
             else:
                 reasoning += " " + rng.choice(_PROGRESS).format(n=len(history), last=last["action_name"], next=nxt)
         clause = _TASK_CLAUSE.get(str(sample.get("task_type", "")))
@@ -234,9 +292,16 @@ class ScriptedTeacher:
             "executable_plan": [{"action_id": a, "action_name": n} for a, n in plan],
         }
 
-
-    def _brief(self, sample: dict, rng: random.Random, gold: list, history: list, held: str | None,
-               steps: list[str], space: ActionSpace) -> dict:
+    def _brief(
+        self,
+        sample: dict,
+        rng: random.Random,
+        gold: list,
+        history: list,
+        held: str | None,
+        steps: list[str],
+        space: ActionSpace,
+    ) -> dict:
         """Four short fields: where I am and what I hold; the goal's next step (or the failure to fix);
         the NL steps joined; the plan."""
         obs = " ".join(str(sample.get("observation") or "").split())
@@ -261,8 +326,11 @@ class ScriptedTeacher:
         }
 
 
-_BRIEF_NEXT = ("{d} done, {n} left; next {next}.", "After {d} steps: {next}. {n} to go.",
-               "{d} steps done. Now {next}; {n} remain.")
+_BRIEF_NEXT = (
+    "{d} done, {n} left; next {next}.",
+    "After {d} steps: {next}. {n} to go.",
+    "{d} steps done. Now {next}; {n} remain.",
+)
 
 
 def _is_open(name: str) -> bool:
@@ -289,21 +357,70 @@ def forget_open(plan: list[tuple[int, str]]) -> list[tuple[int, str]]:
 # What a vision-language planner mistakes an object or a receptacle for: the same room, a similar look or use.
 # Symmetric where both are in ALFRED's list; types without an entry have no look-alike (that kind is skipped).
 LOOKALIKE_OBJECTS = {
-    "Apple": "Tomato", "Tomato": "Apple", "Mug": "Cup", "Cup": "Mug", "Plate": "Bowl", "Bowl": "Plate",
-    "SoapBar": "SoapBottle", "SoapBottle": "SoapBar", "Cloth": "HandTowel", "HandTowel": "Cloth",
-    "Book": "Newspaper", "Newspaper": "Book", "CellPhone": "RemoteControl", "RemoteControl": "CellPhone",
-    "KeyChain": "CreditCard", "CreditCard": "KeyChain", "Watch": "AlarmClock", "AlarmClock": "Watch",
-    "Vase": "Statue", "Statue": "Vase", "Pen": "Pencil", "Pencil": "Pen", "Fork": "Spoon", "Spoon": "Fork",
-    "Knife": "ButterKnife", "ButterKnife": "Knife", "Pot": "Pan", "Pan": "Pot", "Potato": "Egg", "Egg": "Potato",
-    "SaltShaker": "PepperShaker", "PepperShaker": "SaltShaker", "WineBottle": "Glassbottle", "Glassbottle": "WineBottle",
-    "Laptop": "Book", "Pillow": "Cloth", "TissueBox": "Box", "Box": "TissueBox", "Candle": "Vase",
+    "Apple": "Tomato",
+    "Tomato": "Apple",
+    "Mug": "Cup",
+    "Cup": "Mug",
+    "Plate": "Bowl",
+    "Bowl": "Plate",
+    "SoapBar": "SoapBottle",
+    "SoapBottle": "SoapBar",
+    "Cloth": "HandTowel",
+    "HandTowel": "Cloth",
+    "Book": "Newspaper",
+    "Newspaper": "Book",
+    "CellPhone": "RemoteControl",
+    "RemoteControl": "CellPhone",
+    "KeyChain": "CreditCard",
+    "CreditCard": "KeyChain",
+    "Watch": "AlarmClock",
+    "AlarmClock": "Watch",
+    "Vase": "Statue",
+    "Statue": "Vase",
+    "Pen": "Pencil",
+    "Pencil": "Pen",
+    "Fork": "Spoon",
+    "Spoon": "Fork",
+    "Knife": "ButterKnife",
+    "ButterKnife": "Knife",
+    "Pot": "Pan",
+    "Pan": "Pot",
+    "Potato": "Egg",
+    "Egg": "Potato",
+    "SaltShaker": "PepperShaker",
+    "PepperShaker": "SaltShaker",
+    "WineBottle": "Glassbottle",
+    "Glassbottle": "WineBottle",
+    "Laptop": "Book",
+    "Pillow": "Cloth",
+    "TissueBox": "Box",
+    "Box": "TissueBox",
+    "Candle": "Vase",
 }
 LOOKALIKE_RECEPTACLES = {
-    "CounterTop": "DiningTable", "DiningTable": "CounterTop", "Shelf": "SideTable", "SideTable": "Shelf",
-    "Sofa": "ArmChair", "ArmChair": "Sofa", "Bed": "Sofa", "Desk": "SideTable", "CoffeeTable": "SideTable",
-    "Dresser": "Desk", "Cabinet": "Drawer", "Drawer": "Cabinet", "Sink": "Bathtub", "Bathtub": "Sink",
-    "Fridge": "Cabinet", "Microwave": "Cabinet", "GarbageCan": "Toilet", "Safe": "Drawer", "Ottoman": "ArmChair",
-    "DeskLamp": "FloorLamp", "FloorLamp": "DeskLamp", "StoveBurner": "CounterTop", "Toilet": "GarbageCan",
+    "CounterTop": "DiningTable",
+    "DiningTable": "CounterTop",
+    "Shelf": "SideTable",
+    "SideTable": "Shelf",
+    "Sofa": "ArmChair",
+    "ArmChair": "Sofa",
+    "Bed": "Sofa",
+    "Desk": "SideTable",
+    "CoffeeTable": "SideTable",
+    "Dresser": "Desk",
+    "Cabinet": "Drawer",
+    "Drawer": "Cabinet",
+    "Sink": "Bathtub",
+    "Bathtub": "Sink",
+    "Fridge": "Cabinet",
+    "Microwave": "Cabinet",
+    "GarbageCan": "Toilet",
+    "Safe": "Drawer",
+    "Ottoman": "ArmChair",
+    "DeskLamp": "FloorLamp",
+    "FloorLamp": "DeskLamp",
+    "StoveBurner": "CounterTop",
+    "Toilet": "GarbageCan",
 }
 
 
@@ -324,8 +441,9 @@ def _swap_target(plan: list[tuple[int, str]], i: int, new: str, space: ActionSpa
     return out
 
 
-def make_error(plan: list[tuple[int, str]], space: ActionSpace, rng: random.Random,
-               mix: dict[str, float]) -> tuple[list[tuple[int, str]], str | None]:
+def make_error(
+    plan: list[tuple[int, str]], space: ActionSpace, rng: random.Random, mix: dict[str, float]
+) -> tuple[list[tuple[int, str]], str | None]:
     """One planning mistake in ``plan`` (valid (id, name) pairs throughout), of a kind drawn by ``mix`` among those
     the plan allows: (the new plan, the kind), or (plan, None) when none applies.
 

@@ -111,7 +111,9 @@ def validate_answer(
         why = check_prefix(plan, gold, min_prefix)
     elif mode == "simulate":
         if episode is None:
-            raise KeyError(f"sample {sample.get('sample_id')}: validate=simulate needs its episode {sample.get('episode_id')!r}")
+            raise KeyError(
+                f"sample {sample.get('sample_id')}: validate=simulate needs its episode {sample.get('episode_id')!r}"
+            )
         why = check_simulate(plan, sample, episode)
     elif mode == "none":
         why = None

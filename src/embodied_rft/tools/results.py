@@ -52,8 +52,11 @@ def render(metrics_dir: str | Path) -> str:
     for m in [*models, "expert", "random"]:
         if m in ev["table"]:
             t = ev["table"][m]
-            rows.append(f"| {names.get(m, m)} | " + " | ".join(f"{v:.1f}" for k, v in t.items() if k != "avg")
-                        + f" | **{t['avg']:.1f}** |")
+            rows.append(
+                f"| {names.get(m, m)} | "
+                + " | ".join(f"{v:.1f}" for k, v in t.items() if k != "avg")
+                + f" | **{t['avg']:.1f}** |"
+            )
     h = grpo.get("heldout") or {}
     pr = h.get("paired", {})
     rw, af = pr.get("reward", {}), pr.get("accuracy_full", {})
@@ -72,10 +75,12 @@ def render(metrics_dir: str | Path) -> str:
     if rw:
         lo, hi = rw["ci95"]
         lines.append(
-            f"| GRPO, {h['before']['n']} held-out decomposed samples (greedy) | reward {h['before']['reward']:.3f} → "
-            f"{h['after']['reward']:.3f} (95% CI of the gain [{lo:+.3f}, {hi:+.3f}]); exact remaining plan "
-            f"{h['before']['accuracy_full']:.3f} → {h['after']['accuracy_full']:.3f} ({af.get('only_a')} vs "
-            f"{af.get('only_b')}, {_p(af.get('p_mcnemar', 1.0))}) |")
+            f"| GRPO, {h['before']['samples']} held-out decomposed samples (greedy) | reward "
+            f"{h['before']['reward_mean']:.3f} → {h['after']['reward_mean']:.3f} (95% CI of the gain [{lo:+.3f}, "
+            f"{hi:+.3f}]); exact remaining plan {h['before']['exact_plan_rate']:.3f} → "
+            f"{h['after']['exact_plan_rate']:.3f} ({af.get('only_a')} vs "
+            f"{af.get('only_b')}, {_p(af.get('p_mcnemar', 1.0))}) |"
+        )
     lines += [
         f"| SFT | {sft['steps']} steps, loss {sft['first_loss']:.2f} → {sft['final_loss']:.2f}, "
         f"{sft['tokens_per_s']:,.0f} tokens/s |",

@@ -26,7 +26,9 @@ from embodied_rft.reward import REWARDS, RewardBreakdown, score
 COLUMNS = ("structure", "valid", "match", "accuracy", "total", "accuracy_full")
 
 
-def iter_records(path: Path, response_key: str, label_key: str, errors: list[str]) -> Iterator[tuple[int, object, object]]:
+def iter_records(
+    path: Path, response_key: str, label_key: str, errors: list[str]
+) -> Iterator[tuple[int, object, object]]:
     """(line, response, label) for each good record; a bad one appends 'file:line: ...' to ``errors``."""
     with path.open("r", encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, 1):
@@ -50,7 +52,9 @@ def iter_records(path: Path, response_key: str, label_key: str, errors: list[str
                 errors.append(f"{where}: field '{response_key}' must be a string, got {type(response).__name__}")
                 continue
             if not isinstance(label, (str, dict, list)):
-                errors.append(f"{where}: field '{label_key}' must be a string, object or list, got {type(label).__name__}")
+                errors.append(
+                    f"{where}: field '{label_key}' must be a string, object or list, got {type(label).__name__}"
+                )
                 continue
             yield lineno, response, label
 
@@ -78,7 +82,10 @@ def replay(
             print(_row(str(lineno), values, f"{b.n_matched}/{b.n_gold}" if b.parsed else "unparsed"), file=out)
     means = [s / n if n else 0.0 for s in sums]
     if as_json:
-        json.dump({"file": str(path), "variant": variant, "records": n, "errors": len(errors), **dict(zip(COLUMNS, means))}, out)
+        json.dump(
+            {"file": str(path), "variant": variant, "records": n, "errors": len(errors), **dict(zip(COLUMNS, means))},
+            out,
+        )
         out.write("\n")
     else:
         if summary:
@@ -88,7 +95,10 @@ def replay(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m embodied_rft.tools.reward_replay", description="Replay logged responses through the reward and print a breakdown table.")
+    ap = argparse.ArgumentParser(
+        prog="python -m embodied_rft.tools.reward_replay",
+        description="Replay logged responses through the reward and print a breakdown table.",
+    )
     ap.add_argument("file", type=Path, help="JSONL file of logged responses with their labels")
     ap.add_argument("--response-key", default="response", help="record field holding the response text")
     ap.add_argument("--label-key", default="label", help="record field holding the sample's label")
@@ -100,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.file}: file not found", file=sys.stderr)
         return 2
     try:
-        _, errors = replay(args.file, args.response_key, args.label_key, args.variant, sys.stdout, args.summary, args.json)
+        _, errors = replay(
+            args.file, args.response_key, args.label_key, args.variant, sys.stdout, args.summary, args.json
+        )
     except OSError as exc:
         print(f"{args.file}: cannot read ({exc})", file=sys.stderr)
         return 2

@@ -27,7 +27,6 @@ driver keeps each seed's artifacts inspectable under ``runs/`` and the summary i
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import math
@@ -38,7 +37,8 @@ from typing import Any
 
 import yaml
 
-from embodied_rft.data.jsonl import write_json_atomic
+from embodied_rft.core.atomic import write_json_atomic
+from embodied_rft.core.digest import json_digest
 from embodied_rft.evaluate.aggregate import mcnemar_exact
 
 log = logging.getLogger(__name__)
@@ -70,10 +70,14 @@ def _run(cmd: list[str], log_file: Path) -> None:
         proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0:
         tail = log_file.read_text("utf-8", errors="replace")[-2000:]
-        raise RuntimeError(f"{' '.join(cmd[:3])} failed with exit code {proc.returncode}; last output of {log_file}:\n{tail}")
+        raise RuntimeError(
+            f"{' '.join(cmd[:3])} failed with exit code {proc.returncode}; last output of {log_file}:\n{tail}"
+        )
 
 
-def stage_params(stage: str, dvc_file: Path = Path("dvc.yaml"), params_file: Path = Path("params.yaml")) -> dict[str, Any]:
+def stage_params(
+    stage: str, dvc_file: Path = Path("dvc.yaml"), params_file: Path = Path("params.yaml")
+) -> dict[str, Any]:
     """The sections of ``params_file`` that ``dvc_file`` lists under the stage's ``params:`` (dotted keys walk
     into sections), as DVC tracks them."""
     dvc = yaml.safe_load(dvc_file.read_text("utf-8")) or {}
@@ -84,7 +88,9 @@ def stage_params(stage: str, dvc_file: Path = Path("dvc.yaml"), params_file: Pat
     out: dict[str, Any] = {}
     for key in entry.get("params") or []:
         if not isinstance(key, str):  # a {file: [keys]} entry: another params file, not used here
-            raise ValueError(f"{dvc_file}: stage {stage!r}: params entry {key!r}: only keys of params.yaml are supported")
+            raise ValueError(
+                f"{dvc_file}: stage {stage!r}: params entry {key!r}: only keys of params.yaml are supported"
+            )
         node: Any = params
         for part in key.split("."):
             if not isinstance(node, dict) or part not in node:
@@ -95,8 +101,7 @@ def stage_params(stage: str, dvc_file: Path = Path("dvc.yaml"), params_file: Pat
 
 
 def _stamp(stage: str, args: list[str]) -> str:
-    blob = json.dumps({"params": stage_params(stage), "args": args}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    return json_digest({"params": stage_params(stage), "args": args})
 
 
 def run_seed(seed: int, root: Path, overrides: list[str], ablation: bool) -> None:
@@ -120,10 +125,22 @@ def run_seed(seed: int, root: Path, overrides: list[str], ablation: bool) -> Non
             f"paths.reports_dir={(root / 'ablation_no_sft' / 'reports').as_posix()}",
             f"paths.work_dir={(root / 'ablation_no_sft' / 'work').as_posix()}",
         ]
-        ran = _run_stage(seed, "grpo", [*abl, "grpo.init=base"], Path(abl_metrics, "grpo.json"),
-                         root / "logs" / "grpo_no_sft", upstream_ran)
-        _run_stage(seed, "evaluate", [*abl, "evaluate.models=[grpo]", "evaluate.reference_policies=[]"],
-                   Path(abl_metrics, "eval.json"), root / "logs" / "evaluate_no_sft", upstream_ran or ran)
+        ran = _run_stage(
+            seed,
+            "grpo",
+            [*abl, "grpo.init=base"],
+            Path(abl_metrics, "grpo.json"),
+            root / "logs" / "grpo_no_sft",
+            upstream_ran,
+        )
+        _run_stage(
+            seed,
+            "evaluate",
+            [*abl, "evaluate.models=[grpo]", "evaluate.reference_policies=[]"],
+            Path(abl_metrics, "eval.json"),
+            root / "logs" / "evaluate_no_sft",
+            upstream_ran or ran,
+        )
 
 
 def _run_stage(seed: int, stage: str, args: list[str], done: Path, log_base: Path, force: bool) -> bool:
@@ -135,7 +152,12 @@ def _run_stage(seed: int, stage: str, args: list[str], done: Path, log_base: Pat
     if done.exists() and same and not force:
         return False
     if done.exists():
-        log.info("seed %d: %s reruns (%s)", seed, log_base.name, "an earlier stage reran" if force else "its parameters changed")
+        log.info(
+            "seed %d: %s reruns (%s)",
+            seed,
+            log_base.name,
+            "an earlier stage reran" if force else "its parameters changed",
+        )
     _run([sys.executable, "-m", f"stages.{stage}", *args], log_base.with_name(log_base.name + ".log"))
     stamp_file.parent.mkdir(parents=True, exist_ok=True)
     stamp_file.write_text(stamp + "\n", encoding="utf-8")
@@ -164,7 +186,7 @@ def summarise(runs: dict[int, Path], ablation: bool) -> dict[str, Any]:
     offline: dict[str, list[float]] = {}
     pairs: dict[str, list[dict]] = {}
     held_pairs: list[dict] = []  # grpo.json heldout.paired per seed (prompt-by-prompt, SFT vs GRPO)
-    for seed, root in sorted(runs.items()):
+    for _seed, root in sorted(runs.items()):
         ev_file = root / "metrics" / "eval.json"
         ev = json.loads(ev_file.read_text("utf-8"))
         for key, name in PAIRS.items():
@@ -183,7 +205,7 @@ def summarise(runs: dict[int, Path], ablation: bool) -> dict[str, Any]:
         if grpo_file.exists():
             held = json.loads(grpo_file.read_text("utf-8")).get("heldout") or {}
             for when in ("before", "after"):
-                for k in ("reward", "accuracy_full"):
+                for k in ("reward_mean", "exact_plan_rate"):
                     v = (held.get(when) or {}).get(k)
                     if v is not None:
                         offline.setdefault(f"grpo heldout {k} {when}", []).append(float(v))
@@ -272,7 +294,11 @@ def render(summary: dict[str, Any]) -> str:
         cells = [pct(s[c]) if c in s else "-" for c in cols]
         per_seed = ", ".join(f"{v:.1f}" for v in s["overall"]["values"])
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {per_seed} |")
-    lines += ["", "| ordering | gap of means (pts) | sum of s.d. (pts) | beyond spread | every seed |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| ordering | gap of means (pts) | sum of s.d. (pts) | beyond spread | every seed |",
+        "|---|---|---|---|---|",
+    ]
     for name, c in summary["ordering"].items():
         lines.append(
             f"| {name} | {c['gap']:+.1f} | {c['spread']:.1f} | {'yes' if c['beyond_spread'] else 'no'} "
@@ -305,7 +331,8 @@ def render(summary: dict[str, Any]) -> str:
             f"GRPO on {hp['reward_up']}, lower on {hp['reward_down']} (sign test p = {hp['reward_p_sign']:.3g}); "
             f"solved exactly only before {hp['accuracy_full_only_before']}, only after {hp['accuracy_full_only_after']} "
             f"(McNemar p = {hp['accuracy_full_p_mcnemar']:.3g}); mean reward change per seed "
-            + ", ".join(f"{x:+.3f}" for x in hp["reward_mean_diff_per_seed"]) + ".",
+            + ", ".join(f"{x:+.3f}" for x in hp["reward_mean_diff_per_seed"])
+            + ".",
         ]
     return "\n".join(lines) + "\n"
 
@@ -320,7 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-report", default="reports/seeds.md")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for every stage (after --)")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
+    )
     if len(args.seeds) < 2:
         ap.error("--seeds: a spread needs at least two seeds")
     runs = {s: Path(args.runs_dir) / f"seed-{s}" for s in args.seeds}

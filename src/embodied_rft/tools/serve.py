@@ -91,7 +91,14 @@ class ServeConfig:
 class RequestError(Exception):
     """A client error: HTTP status, message, the offending parameter, and an OpenAI-style type/code."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None, etype: str = "invalid_request_error") -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        etype: str = "invalid_request_error",
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.etype = status, message, param, code, etype
 
@@ -100,7 +107,12 @@ def _decode_image(url: str, where: str, max_pixels: int) -> Any:
     from PIL import Image, UnidentifiedImageError
 
     if not url.startswith("data:"):
-        raise RequestError(400, f"{where}: only data: URLs are accepted (the server makes no network requests)", where, "invalid_image_url")
+        raise RequestError(
+            400,
+            f"{where}: only data: URLs are accepted (the server makes no network requests)",
+            where,
+            "invalid_image_url",
+        )
     head, sep, payload = url.partition(",")
     if not sep or ";base64" not in head:
         raise RequestError(400, f"{where}: expected data:<mime>;base64,<data>", where, "invalid_image_url")
@@ -112,7 +124,9 @@ def _decode_image(url: str, where: str, max_pixels: int) -> Any:
         im = Image.open(io.BytesIO(raw))  # reads the header only: the size is known before any decoding
         w, h = im.size
         if w * h > max_pixels:
-            raise RequestError(413, f"{where}: image is {w}x{h} = {w * h} pixels; the limit is {max_pixels}", where, "image_too_large")
+            raise RequestError(
+                413, f"{where}: image is {w}x{h} = {w * h} pixels; the limit is {max_pixels}", where, "image_too_large"
+            )
         im.load()
         return im.convert("RGB")
     except RequestError:
@@ -126,7 +140,9 @@ def _number(body: dict, key: str, lo: float, hi: float, default: float | None, i
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
-        raise RequestError(400, f"'{key}' must be {'an integer' if integer else 'a number'}, got {json.dumps(v)[:40]}", key)
+        raise RequestError(
+            400, f"'{key}' must be {'an integer' if integer else 'a number'}, got {json.dumps(v)[:40]}", key
+        )
     if not lo <= v <= hi:
         raise RequestError(400, f"'{key}' must be in [{lo:g}, {hi:g}], got {v}", key)
     return v
@@ -140,7 +156,13 @@ def parse_chat_request(body: Any, cfg: ServeConfig, supports_images: bool) -> tu
     if not isinstance(model, str):
         raise RequestError(400, "'model' is required and must be a string", "model")
     if model != cfg.model_name:
-        raise RequestError(404, f"model {model!r} does not exist; this server serves {cfg.model_name!r}", "model", "model_not_found", "not_found_error")
+        raise RequestError(
+            404,
+            f"model {model!r} does not exist; this server serves {cfg.model_name!r}",
+            "model",
+            "model_not_found",
+            "not_found_error",
+        )
     if body.get("stream"):
         raise RequestError(400, "streaming is not supported; send stream=false", "stream")
     msgs = body.get("messages")
@@ -154,7 +176,9 @@ def parse_chat_request(body: Any, cfg: ServeConfig, supports_images: bool) -> tu
             raise RequestError(400, f"{where} must be an object", where)
         role = m.get("role")
         if role not in _ROLES:
-            raise RequestError(400, f"{where}.role must be one of {sorted(_ROLES)}, got {json.dumps(role)[:40]}", f"{where}.role")
+            raise RequestError(
+                400, f"{where}.role must be one of {sorted(_ROLES)}, got {json.dumps(role)[:40]}", f"{where}.role"
+            )
         content = m.get("content")
         if content is None and role == "assistant":
             content = ""
@@ -173,7 +197,9 @@ def parse_chat_request(body: Any, cfg: ServeConfig, supports_images: bool) -> tu
                     if not isinstance(url, str):
                         raise RequestError(400, f"{pw}.image_url.url must be a string", f"{pw}.image_url")
                     if not supports_images:
-                        raise RequestError(400, f"{pw}: this model reads text only; it cannot take images", pw, "images_not_supported")
+                        raise RequestError(
+                            400, f"{pw}: this model reads text only; it cannot take images", pw, "images_not_supported"
+                        )
                     images.append(_decode_image(url, pw, cfg.max_image_pixels))
                     parts.append({"type": "image", "image": images[-1]})
                 else:
@@ -186,7 +212,9 @@ def parse_chat_request(body: Any, cfg: ServeConfig, supports_images: bool) -> tu
     if mt is None:
         mt = _number(body, "max_tokens", 1, 1 << 30, cfg.default_max_tokens, integer=True)
     stop = body.get("stop")
-    if stop is not None and not (isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(s, str) for s in stop) and len(stop) <= 4)):
+    if stop is not None and not (
+        isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(s, str) for s in stop) and len(stop) <= 4)
+    ):
         raise RequestError(400, "'stop' must be a string or a list of at most 4 strings", "stop")
     sampling = {
         "max_new_tokens": min(int(mt), cap),
@@ -208,7 +236,9 @@ class ChatServer:
     """The HTTP server around one generator. ``start()`` serves in a background thread (tests);
     ``serve_forever()`` in the calling one (the CLI)."""
 
-    def __init__(self, generator: Any, cfg: ServeConfig, host: str = "127.0.0.1", port: int = 8000, token: str | None = None) -> None:
+    def __init__(
+        self, generator: Any, cfg: ServeConfig, host: str = "127.0.0.1", port: int = 8000, token: str | None = None
+    ) -> None:
         self.generator = generator
         self.cfg = cfg
         self.token = token
@@ -246,20 +276,38 @@ class ChatServer:
         return hmac.compare_digest(header[7:].strip().encode(), self.token.encode())
 
     def models(self) -> dict:
-        return {"object": "list", "data": [{"id": self.cfg.model_name, "object": "model", "created": self.created, "owned_by": "embodied_rft"}]}
+        return {
+            "object": "list",
+            "data": [
+                {"id": self.cfg.model_name, "object": "model", "created": self.created, "owned_by": "embodied_rft"}
+            ],
+        }
 
     def chat(self, body: Any) -> dict:
-        messages, images, s = parse_chat_request(body, self.cfg, bool(getattr(self.generator, "supports_images", False)))
+        messages, images, s = parse_chat_request(
+            body, self.cfg, bool(getattr(self.generator, "supports_images", False))
+        )
         with self._lock:
             outs = self.generator.complete(
-                [messages], [images] if images else None, max_new_tokens=s["max_new_tokens"],
-                temperature=s["temperature"], top_p=s["top_p"], n=s["n"], seed=s["seed"],
+                [messages],
+                [images] if images else None,
+                max_new_tokens=s["max_new_tokens"],
+                temperature=s["temperature"],
+                top_p=s["top_p"],
+                n=s["n"],
+                seed=s["seed"],
             )[0]
         choices = []
         for i, c in enumerate(outs):
             text, stopped = _apply_stop(c.text, s["stop"])
-            choices.append({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                            "finish_reason": "stop" if stopped else c.finish_reason})
+            choices.append(
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": None,
+                    "finish_reason": "stop" if stopped else c.finish_reason,
+                }
+            )
         prompt_tokens = outs[0].prompt_tokens if outs else 0
         completion_tokens = sum(c.completion_tokens for c in outs)
         return {
@@ -268,7 +316,11 @@ class ChatServer:
             "created": int(time.time()),
             "model": self.cfg.model_name,
             "choices": choices,
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
         }
 
 
@@ -293,7 +345,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _error(self, e: RequestError, extra: dict | None = None) -> None:
-        self._send(e.status, {"error": {"message": e.message, "type": e.etype, "param": e.param, "code": e.code}}, extra)
+        self._send(
+            e.status, {"error": {"message": e.message, "type": e.etype, "param": e.param, "code": e.code}}, extra
+        )
 
     def _route(self) -> str:
         return self.path.split("?", 1)[0].rstrip("/")
@@ -301,7 +355,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _auth(self) -> bool:
         if self.server_ref.authorized(self.headers.get("Authorization")):
             return True
-        self._error(RequestError(401, "missing or invalid bearer token", None, "invalid_api_key", "authentication_error"), {"WWW-Authenticate": "Bearer"})
+        self._error(
+            RequestError(401, "missing or invalid bearer token", None, "invalid_api_key", "authentication_error"),
+            {"WWW-Authenticate": "Bearer"},
+        )
         return False
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
@@ -351,23 +408,35 @@ class _Handler(BaseHTTPRequestHandler):
         limit = self.server_ref.cfg.max_request_bytes
         if n > limit:
             self.close_connection = True  # the body is left unread: this connection cannot be reused
-            raise RequestError(413, f"request body of {n} bytes exceeds the limit of {limit} bytes", None, "request_too_large")
+            raise RequestError(
+                413, f"request body of {n} bytes exceeds the limit of {limit} bytes", None, "request_too_large"
+            )
         return self.rfile.read(n)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m embodied_rft.tools.serve", description="OpenAI-compatible chat server for a trained checkpoint.")
+    p = argparse.ArgumentParser(
+        prog="python -m embodied_rft.tools.serve", description="OpenAI-compatible chat server for a trained checkpoint."
+    )
     p.add_argument("--model", required=True, help="checkpoint directory (models/sft, models/grpo ...)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (0 = any free port)")
-    p.add_argument("--token-env", default=None, help="NAME of an environment variable holding the bearer token clients must send")
-    p.add_argument("--served-model-name", default=None, help="model name clients send (default: the checkpoint folder's name)")
+    p.add_argument(
+        "--token-env", default=None, help="NAME of an environment variable holding the bearer token clients must send"
+    )
+    p.add_argument(
+        "--served-model-name", default=None, help="model name clients send (default: the checkpoint folder's name)"
+    )
     p.add_argument("--backend", choices=("hf", "vllm"), default="hf", help="generation backend (vllm needs a GPU)")
     p.add_argument("--device", default="auto", help="hf backend: cpu | cuda | auto")
     p.add_argument("--max-tokens-cap", type=int, default=ServeConfig.max_tokens_cap, help="upper bound on max_tokens")
-    p.add_argument("--max-request-mb", type=float, default=ServeConfig.max_request_bytes / 2**20, help="largest request body, MiB")
+    p.add_argument(
+        "--max-request-mb", type=float, default=ServeConfig.max_request_bytes / 2**20, help="largest request body, MiB"
+    )
     p.add_argument("--max-image-pixels", type=int, default=ServeConfig.max_image_pixels, help="largest image, pixels")
-    p.add_argument("--timeout-s", type=float, default=ServeConfig.timeout_s, help="seconds a client may take to send a request")
+    p.add_argument(
+        "--timeout-s", type=float, default=ServeConfig.timeout_s, help="seconds a client may take to send a request"
+    )
     return p.parse_args(argv)
 
 
@@ -400,7 +469,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"bad option: {exc}", file=sys.stderr)
         return 2
-    gen = make_generator(model_dir, GenerationConfig(backend=a.backend, device=a.device, max_new_tokens=cfg.max_tokens_cap, batch_size=1))
+    gen = make_generator(
+        model_dir, GenerationConfig(backend=a.backend, device=a.device, max_new_tokens=cfg.max_tokens_cap, batch_size=1)
+    )
     server = ChatServer(gen, cfg, a.host, a.port, token)
     log.info("serving %s as %r at %s (token %s)", model_dir, cfg.model_name, server.url, "required" if token else "off")
     try:

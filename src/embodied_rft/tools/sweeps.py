@@ -19,10 +19,10 @@ import yaml
 HEADLINES = {
     "grpo": [
         ("updates", ("updates",)),
-        ("reward before", ("heldout", "before", "reward")),
-        ("reward after", ("heldout", "after", "reward")),
-        ("acc_full before", ("heldout", "before", "accuracy_full")),
-        ("acc_full after", ("heldout", "after", "accuracy_full")),
+        ("reward before", ("heldout", "before", "reward_mean")),
+        ("reward after", ("heldout", "after", "reward_mean")),
+        ("acc_full before", ("heldout", "before", "exact_plan_rate")),
+        ("acc_full after", ("heldout", "after", "exact_plan_rate")),
         ("filter pass", ("filter", "pass_rate")),
         ("zero-adv groups trained", ("counters", "zero_adv_groups_trained")),
     ],

@@ -1,6 +1,6 @@
 """EB-ALFRED's action space: the one module that owns action names and ids.
 
-EmbodiedBench's EB-ALFRED has 162 global actions whose ids are fixed by their order (FACTS §4):
+EmbodiedBench's EB-ALFRED has 162 global actions whose ids are fixed by their order (docs/facts.md §4.1):
 ``find a {obj}`` (0-79), ``pick up the {obj}`` (80-132), ``put down the object in hand`` (133),
 ``drop the object in hand`` (134), ``open/close the {o}`` (135-148), ``turn on/off the {o}`` (149-156),
 ``slice the {o}`` (157-161). The list ships with the package (``eb_alfred_global_actions.json``) so the

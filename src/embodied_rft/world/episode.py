@@ -1,6 +1,6 @@
 """Reading and checking the parts of an Episode the simulator needs (scene, goal, task type).
 
-Input: an Episode dict (schema in the project preamble / ARCHITECTURE). Output: :class:`SceneSpec` with the
+Input: an Episode dict (the record format: :mod:`embodied_rft.schema`, ``docs/data.md``). Output: :class:`SceneSpec` with the
 scene's objects and the goal, or :class:`~embodied_rft.data.jsonl.DataError` whose message names the field,
 e.g. ``scene.objects[3].type: unknown object type 'Foo'``. :func:`check_episode` also checks the fields the
 simulator ignores (episode_id, split, subset, instruction, expert_plan, meta), for generated data.
@@ -14,21 +14,13 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
-from embodied_rft.data.jsonl import DataError
+from embodied_rft.data.jsonl import DataError, read_jsonl
+from embodied_rft.schema import SUBSETS, TASK_TYPES, check_episode_record
 from embodied_rft.world.objects import ALFRED_TO_EB, LAMPS, MOVABLE_RECEPTACLES, SLICED_TYPE, TYPES
 
-TASK_TYPES = (
-    "pick_and_place_simple",
-    "pick_two_obj_and_place",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_and_place_with_movable_recep",
-)
-SUBSETS = ("base", "common_sense", "complex_instruction", "spatial", "visual_appearance", "long_horizon")
 STATE_KEYS = ("open", "on", "dirty", "cleaned", "heated", "cooled")
 GOAL_KEYS = ("object_target", "parent_target", "mrecep_target", "toggle_target", "object_sliced")
 _ID_RE = re.compile(r"^([A-Za-z]+)(?:_(\d+))?$")
@@ -162,8 +154,11 @@ def parse_scene(ep: dict, where: str = "") -> tuple[str, str, tuple[ObjectSpec, 
         if t is None:
             raise _type_error(where, f"scene.objects[{i}].type", typ)
         if not _id_ok(oid, typ):
-            raise _err(where, f"scene.objects[{i}].id",
-                       f"{oid!r} must be '{typ}' or '{typ}_N' with N >= 2 (EB instance naming)")
+            raise _err(
+                where,
+                f"scene.objects[{i}].id",
+                f"{oid!r} must be '{typ}' or '{typ}_N' with N >= 2 (EB instance naming)",
+            )
         if oid in seen:
             raise _err(where, f"scene.objects[{i}].id", f"duplicate id {oid!r} (also scene.objects[{seen[oid]}])")
         seen[oid] = i
@@ -174,8 +169,7 @@ def parse_scene(ep: dict, where: str = "") -> tuple[str, str, tuple[ObjectSpec, 
             raise _err(where, f"scene.objects[{i}].state", f"expected an object, got {type(st).__name__}")
         for k, v in st.items():
             if k not in _STATE_SET:
-                raise _err(where, f"scene.objects[{i}].state.{k}",
-                           f"unknown state key; valid keys: {list(STATE_KEYS)}")
+                raise _err(where, f"scene.objects[{i}].state.{k}", f"unknown state key; valid keys: {list(STATE_KEYS)}")
             if v is not True and v is not False:
                 raise _err(where, f"scene.objects[{i}].state.{k}", f"expected true/false, got {v!r}")
         if st.get("open") and not t.openable:
@@ -204,8 +198,11 @@ def parse_scene(ep: dict, where: str = "") -> tuple[str, str, tuple[ObjectSpec, 
 def parse_episode(ep: Any, where: str = "") -> SceneSpec:
     """Check and read what the simulator needs from an Episode dict."""
     if not isinstance(ep, dict):
-        raise DataError(f"{where}: expected an episode object, got {type(ep).__name__}" if where
-                        else f"expected an episode object, got {type(ep).__name__}")
+        raise DataError(
+            f"{where}: expected an episode object, got {type(ep).__name__}"
+            if where
+            else f"expected an episode object, got {type(ep).__name__}"
+        )
     task_type, goal = parse_goal(ep, where)
     room, layout, objects = parse_scene(ep, where)
     return SceneSpec(task_type, goal, room, layout, objects)
@@ -214,8 +211,15 @@ def parse_episode(ep: Any, where: str = "") -> SceneSpec:
 def check_episode(ep: Any, where: str = "") -> SceneSpec:
     """Full Episode schema check (all top-level fields), returning the parsed scene."""
     spec = parse_episode(ep, where)
-    for key, typ in (("episode_id", str), ("split", str), ("source", str), ("subset", str), ("instruction", str),
-                     ("expert_plan", list), ("meta", dict)):
+    for key, typ in (
+        ("episode_id", str),
+        ("split", str),
+        ("source", str),
+        ("subset", str),
+        ("instruction", str),
+        ("expert_plan", list),
+        ("meta", dict),
+    ):
         _get(ep, key, typ, where, key)
     if ep["source"] not in ("generated", "alfred"):
         raise _err(where, "source", f"{ep['source']!r} is not 'generated' or 'alfred'")
@@ -226,13 +230,56 @@ def check_episode(ep: Any, where: str = "") -> SceneSpec:
             raise _err(where, f"expert_plan[{i}]", f"expected an action name, got {type(a).__name__}")
     for key in ("layout_id", "room"):
         _get(ep["scene"], key, str, where, f"scene.{key}")
-    allowed = {"episode_id", "split", "source", "subset", "instruction", "task_type", "goal", "scene",
-               "expert_plan", "meta"}
+    allowed = {
+        "episode_id",
+        "split",
+        "source",
+        "subset",
+        "instruction",
+        "task_type",
+        "goal",
+        "scene",
+        "expert_plan",
+        "meta",
+    }
     extra = sorted(set(ep) - allowed)
     if extra:
         raise _err(where, extra[0], "unknown episode field")
     return spec
 
 
-__all__ = ["GOAL_KEYS", "Goal", "ObjectSpec", "SUBSETS", "STATE_KEYS", "SceneSpec", "TASK_TYPES", "check_episode",
-           "parse_episode", "parse_goal", "parse_scene"]
+def check_expert_plan(rec: dict, where: str) -> dict:
+    """An episode record (:func:`~embodied_rft.schema.check_episode_record`) whose every expert action exists
+    in the scene's action space (EB's 162 + the scene's extras); returns it unchanged. An unknown action would
+    otherwise surface as a failed decomposition, or as an expert that silently scores below 100%."""
+    from embodied_rft.world.actions import ActionSpace
+
+    check_episode_record(rec, where)
+    space = ActionSpace.for_instances(o["id"] for o in rec["scene"]["objects"])
+    for j, a in enumerate(rec["expert_plan"]):
+        if space.get_id(a) is None:
+            raise DataError(
+                f"{where}: field 'expert_plan[{j}]': unknown action {a!r} (not among the scene's {len(space)} EB "
+                "actions); regenerate the episodes (`dvc repro -f prepare`) or fix the converter that wrote it"
+            )
+    return rec
+
+
+def read_episodes(path: str | Path) -> list[dict]:
+    """Every episode record of a JSONL file, checked (:func:`check_expert_plan`)."""
+    return read_jsonl(path, check_expert_plan)
+
+
+__all__ = [
+    "GOAL_KEYS",
+    "Goal",
+    "ObjectSpec",
+    "STATE_KEYS",
+    "SceneSpec",
+    "check_episode",
+    "check_expert_plan",
+    "parse_episode",
+    "parse_goal",
+    "parse_scene",
+    "read_episodes",
+]

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from embodied_rft.config import check
-from embodied_rft.data.jsonl import write_jsonl_atomic
+from embodied_rft.core.atomic import write_jsonl_atomic
+from embodied_rft.schema import SUBSETS, TASK_TYPES
 from embodied_rft.world.actions import global_actions
-from embodied_rft.world.episode import SUBSETS, TASK_TYPES
 from embodied_rft.world.instructions import make_instruction
 from embodied_rft.world.layouts import POOLS, ROOMS, Layout, make_layouts
 from embodied_rft.world.objects import (
@@ -69,10 +69,18 @@ GOALS_VALID = {
     "pick_cool_then_place_in_recep": ("kitchen",),
     "pick_and_place_with_movable_recep": ("kitchen", "living_room", "bedroom"),
 }
-LONG_TYPES = ("pick_two_obj_and_place", "pick_clean_then_place_in_recep", "pick_heat_then_place_in_recep",
-              "pick_cool_then_place_in_recep", "pick_and_place_with_movable_recep")
-_PROCESS_AT = {"pick_clean_then_place_in_recep": BASINS, "pick_heat_then_place_in_recep": {"Microwave"},
-               "pick_cool_then_place_in_recep": {"Fridge"}}
+LONG_TYPES = (
+    "pick_two_obj_and_place",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_and_place_with_movable_recep",
+)
+_PROCESS_AT = {
+    "pick_clean_then_place_in_recep": BASINS,
+    "pick_heat_then_place_in_recep": {"Microwave"},
+    "pick_cool_then_place_in_recep": {"Fridge"},
+}
 
 
 @dataclass(frozen=True)
@@ -118,19 +126,31 @@ class GeneratorConfig:
 
     def __post_init__(self) -> None:
         check(len(self.rooms) > 0 and all(r in ROOMS for r in self.rooms), "rooms", f"each one of {list(ROOMS)}")
-        check(len(self.subsets) > 0 and all(s in SUBSETS for s in self.subsets), "subsets",
-              f"each one of {list(SUBSETS)}")
-        check(len(self.task_types) > 0 and all(t in TASK_TYPES for t in self.task_types), "task_types",
-              f"each one of {list(TASK_TYPES)}")
+        check(
+            len(self.subsets) > 0 and all(s in SUBSETS for s in self.subsets), "subsets", f"each one of {list(SUBSETS)}"
+        )
+        check(
+            len(self.task_types) > 0 and all(t in TASK_TYPES for t in self.task_types),
+            "task_types",
+            f"each one of {list(TASK_TYPES)}",
+        )
         for t in self.task_types:
-            check(any(r in self.rooms for r in GOALS_VALID[t]), "task_types",
-                  f"{t} needs one of the rooms {list(GOALS_VALID[t])}")
+            check(
+                any(r in self.rooms for r in GOALS_VALID[t]),
+                "task_types",
+                f"{t} needs one of the rooms {list(GOALS_VALID[t])}",
+            )
         for t in self.target_types:
-            check(t in TYPES and TYPES[t].pickable, "target_types", f"{t!r} is not an object type that can be picked up")
+            check(
+                t in TYPES and TYPES[t].pickable, "target_types", f"{t!r} is not an object type that can be picked up"
+            )
         if self.target_types:
             for tt in self.task_types:
-                check(any(t in POOLS[r] for r in GOALS_VALID[tt] if r in self.rooms for t in self.target_types),
-                      "target_types", f"none of them occurs in a room where {tt} is generated")
+                check(
+                    any(t in POOLS[r] for r in GOALS_VALID[tt] if r in self.rooms for t in self.target_types),
+                    "target_types",
+                    f"none of them occurs in a room where {tt} is generated",
+                )
         check(self.n_layouts_train >= 1, "n_layouts_train", "must be >= 1")
         check(self.n_layouts_unseen >= 1, "n_layouts_unseen", "must be >= 1")
         for k in ("n_train", "n_valid_seen", "n_valid_unseen"):
@@ -164,9 +184,10 @@ def split_layouts(cfg: GeneratorConfig, split: str) -> tuple[Layout, ...]:
 
 
 def goal_key(layout_id: str, task_type: str, goal: dict) -> str:
-    return "|".join([layout_id, task_type] + [str(goal[k]) for k in
-                                               ("object_target", "parent_target", "mrecep_target",
-                                                "toggle_target", "object_sliced")])
+    return "|".join(
+        [layout_id, task_type]
+        + [str(goal[k]) for k in ("object_target", "parent_target", "mrecep_target", "toggle_target", "object_sliced")]
+    )
 
 
 def _split_ok(cfg: GeneratorConfig, split: str, key: str) -> bool:
@@ -198,8 +219,11 @@ class _Draw:
             need = _PROCESS_AT[tt]
             if not need & self.fixed_types:
                 return None
-            cap = {"pick_clean_then_place_in_recep": "cleanable", "pick_heat_then_place_in_recep": "heatable",
-                   "pick_cool_then_place_in_recep": "coolable"}[tt]
+            cap = {
+                "pick_clean_then_place_in_recep": "cleanable",
+                "pick_heat_then_place_in_recep": "heatable",
+                "pick_cool_then_place_in_recep": "coolable",
+            }[tt]
             cands = [t for t in cands if getattr(TYPES[t], cap)]
             if tt == "pick_clean_then_place_in_recep":
                 cands = [t for t in cands if any(_strict(b, t) for b in BASINS & self.fixed_types)]
@@ -208,8 +232,13 @@ class _Draw:
             if not lamps:
                 return None
             obj = rng.choice(cands)
-            return {"object_target": obj, "parent_target": None, "mrecep_target": None,
-                    "toggle_target": rng.choice(lamps), "object_sliced": False}
+            return {
+                "object_target": obj,
+                "parent_target": None,
+                "mrecep_target": None,
+                "toggle_target": rng.choice(lamps),
+                "object_sliced": False,
+            }
         if long:
             sliceable = [t for t in cands if t in SLICED_TYPE]
             if knife and sliceable and rng.random() < 0.85:
@@ -232,8 +261,13 @@ class _Draw:
             parents = self.parents_for(placed, exclude)
         if not parents:
             return None
-        return {"object_target": obj, "parent_target": rng.choice(parents), "mrecep_target": mrecep,
-                "toggle_target": None, "object_sliced": sliced}
+        return {
+            "object_target": obj,
+            "parent_target": rng.choice(parents),
+            "mrecep_target": mrecep,
+            "toggle_target": None,
+            "object_sliced": sliced,
+        }
 
     def scene(self, tt: str, goal: dict) -> list[dict] | None:
         cfg, rng = self.cfg, self.rng
@@ -258,8 +292,11 @@ class _Draw:
         for oid, t, p in self.lay.fixed:
             counts[t] = counts.get(t, 0) + 1
             # every object carries open/on/dirty (the Episode schema); only capable types may be true
-            st = {"open": TYPES[t].openable and rng.random() < cfg.p_open,
-                  "on": TYPES[t].toggleable and t != "Microwave" and rng.random() < cfg.p_on, "dirty": False}
+            st = {
+                "open": TYPES[t].openable and rng.random() < cfg.p_open,
+                "on": TYPES[t].toggleable and t != "Microwave" and rng.random() < cfg.p_on,
+                "dirty": False,
+            }
             objects.append({"id": oid, "type": t, "parent": p, "state": st})
         fixed_by_type: dict[str, list[str]] = {}
         for oid, t in self.recep_fixed:
@@ -283,9 +320,12 @@ class _Draw:
                 continue
             counts[t] = counts.get(t, 0) + 1
             oid = t if counts[t] == 1 else f"{t}_{counts[t]}"
-            st = {"open": TYPES[t].openable and rng.random() < 0.5, "on": False,
-                  "dirty": TYPES[t].cleanable and (role == "target" and tt == "pick_clean_then_place_in_recep"
-                                                   or rng.random() < 0.3)}
+            st = {
+                "open": TYPES[t].openable and rng.random() < 0.5,
+                "on": False,
+                "dirty": TYPES[t].cleanable
+                and (role == "target" and tt == "pick_clean_then_place_in_recep" or rng.random() < 0.3),
+            }
             objects.append({"id": oid, "type": t, "parent": rng.choice(places), "state": st})
             if t in MOVABLE_RECEPTACLES:
                 movables.append((oid, t))
@@ -321,10 +361,18 @@ def _draw_episode(cfg: GeneratorConfig, split: str, i: int, layouts: tuple[Layou
         if objects is None:
             last_err = f"cannot place the goal objects in {lay.layout_id}"
             continue
-        ep = {"episode_id": f"gen-{split}-{i:06d}", "split": split, "source": "generated", "subset": subset,
-              "instruction": "", "task_type": tt, "goal": goal,
-              "scene": {"layout_id": lay.layout_id, "room": lay.room, "objects": objects},
-              "expert_plan": [], "meta": {}}
+        ep = {
+            "episode_id": f"gen-{split}-{i:06d}",
+            "split": split,
+            "source": "generated",
+            "subset": subset,
+            "instruction": "",
+            "task_type": tt,
+            "goal": goal,
+            "scene": {"layout_id": lay.layout_id, "room": lay.room, "objects": objects},
+            "expert_plan": [],
+            "meta": {},
+        }
         sim = Simulator.from_episode(ep)
         if sim.is_success():
             last_err = "goal satisfied at the start"
@@ -344,8 +392,14 @@ def _draw_episode(cfg: GeneratorConfig, split: str, i: int, layouts: tuple[Layou
             continue
         ep["expert_plan"] = plan
         ep["instruction"] = make_instruction(tt, sim.goal, sim, subset, rng)
-        ep["meta"] = {"generator": "embodied_rft.world", "seed": cfg.seed, "index": i, "attempts": attempt,
-                      "plan_len": len(plan), "layout_seen": split != "valid_unseen"}
+        ep["meta"] = {
+            "generator": "embodied_rft.world",
+            "seed": cfg.seed,
+            "index": i,
+            "attempts": attempt,
+            "plan_len": len(plan),
+            "layout_seen": split != "valid_unseen",
+        }
         return ep
     raise RuntimeError(f"{split} episode {i}: no episode after {cfg.max_attempts} draws (last: {last_err})")
 
@@ -364,12 +418,16 @@ def episode_counts(episodes: list[dict]) -> dict:
     ss = Counter(e["subset"] for e in episodes)
     both = Counter(f"{e['task_type']}/{e['subset']}" for e in episodes)
     lens = [len(e["expert_plan"]) for e in episodes]
-    return {"episodes": len(episodes), "task_type": dict(sorted(tt.items())), "subset": dict(sorted(ss.items())),
-            "task_type_x_subset": dict(sorted(both.items())),
-            "sliced": sum(e["goal"]["object_sliced"] for e in episodes),
-            "layouts": len({e["scene"]["layout_id"] for e in episodes}),
-            "plan_len_mean": round(sum(lens) / len(lens), 3) if lens else 0.0,
-            "plan_len_max": max(lens, default=0)}
+    return {
+        "episodes": len(episodes),
+        "task_type": dict(sorted(tt.items())),
+        "subset": dict(sorted(ss.items())),
+        "task_type_x_subset": dict(sorted(both.items())),
+        "sliced": sum(e["goal"]["object_sliced"] for e in episodes),
+        "layouts": len({e["scene"]["layout_id"] for e in episodes}),
+        "plan_len_mean": round(sum(lens) / len(lens), 3) if lens else 0.0,
+        "plan_len_max": max(lens, default=0),
+    }
 
 
 def run_prepare_generated(cfg: GeneratorConfig, out_dir: str | Path) -> dict:
@@ -386,5 +444,13 @@ def run_prepare_generated(cfg: GeneratorConfig, out_dir: str | Path) -> dict:
     return metrics
 
 
-__all__ = ["GOALS_VALID", "GeneratorConfig", "SPLITS", "episode_counts", "generate_episodes", "goal_key",
-           "run_prepare_generated", "split_layouts"]
+__all__ = [
+    "GOALS_VALID",
+    "GeneratorConfig",
+    "SPLITS",
+    "episode_counts",
+    "generate_episodes",
+    "goal_key",
+    "run_prepare_generated",
+    "split_layouts",
+]

@@ -1,6 +1,6 @@
 """Goal conditions of ALFRED's seven task types, as EB's ``env/tasks.py`` counts them.
 
-Input: a :class:`~embodied_rft.world.simulator.Simulator`. Output: ``conditions(sim) -> (met, total)``;
+Input: a world state (:class:`~embodied_rft.world.state.WorldState`, e.g. a ``Simulator``). Output: ``conditions(sim) -> (met, total)``;
 success is ``met == total`` and progress ``met / total`` (EB's ``task_progress``).
 
 - pick_and_place_simple: a target in a parent-type receptacle (1).
@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 from embodied_rft.world.objects import SLICED_TYPE
 
 if TYPE_CHECKING:  # pragma: no cover
-    from embodied_rft.world.simulator import Simulator
+    from embodied_rft.world.state import WorldState
 
 
-def _targets(sim: Simulator) -> list:
+def _targets(sim: WorldState) -> list:
     g = sim.goal
     sl = SLICED_TYPE.get(g.object_target)
     if g.object_sliced:
@@ -39,7 +39,7 @@ def _targets(sim: Simulator) -> list:
     return out
 
 
-def conditions(sim: Simulator) -> tuple[int, int]:
+def conditions(sim: WorldState) -> tuple[int, int]:
     g = sim.goal
     tt = sim.task_type
     targets = _targets(sim)
@@ -77,8 +77,11 @@ def conditions(sim: Simulator) -> tuple[int, int]:
         placed = {m for m in mids if in_parent(objs[m])}
         s += bool(holding) + bool(placed) + bool(holding & placed)
         return s, t + 3
-    flag = {"pick_clean_then_place_in_recep": "cleaned", "pick_heat_then_place_in_recep": "heated",
-            "pick_cool_then_place_in_recep": "cooled"}[tt]
+    flag = {
+        "pick_clean_then_place_in_recep": "cleaned",
+        "pick_heat_then_place_in_recep": "heated",
+        "pick_cool_then_place_in_recep": "cooled",
+    }[tt]
     placed = [o for o in targets if in_parent(o)]
     s += bool(placed) + any(getattr(o, flag) for o in targets) + any(getattr(o, flag) for o in placed)
     return s, t + 3

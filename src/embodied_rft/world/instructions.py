@@ -25,10 +25,24 @@ if TYPE_CHECKING:  # pragma: no cover
     from embodied_rft.world.episode import Goal
     from embodied_rft.world.simulator import Simulator
 
-_IRREGULAR = {"knife": "knives", "butter knife": "butter knives", "potato": "potatoes", "tomato": "tomatoes",
-              "box": "boxes", "watch": "watches", "wristwatch": "wristwatches", "keys": "sets of keys",
-              "bread": "loaves of bread", "lettuce": "heads of lettuce", "toilet paper": "rolls of toilet paper",
-              "glass": "glasses", "dish": "dishes", "shelf": "shelves", "loaf": "loaves", "tissues": "boxes of tissues"}
+_IRREGULAR = {
+    "knife": "knives",
+    "butter knife": "butter knives",
+    "potato": "potatoes",
+    "tomato": "tomatoes",
+    "box": "boxes",
+    "watch": "watches",
+    "wristwatch": "wristwatches",
+    "keys": "sets of keys",
+    "bread": "loaves of bread",
+    "lettuce": "heads of lettuce",
+    "toilet paper": "rolls of toilet paper",
+    "glass": "glasses",
+    "dish": "dishes",
+    "shelf": "shelves",
+    "loaf": "loaves",
+    "tissues": "boxes of tissues",
+}
 
 
 def plural(phrase: str) -> str:
@@ -113,7 +127,8 @@ class _Words:
         p = self.sim.objs[o.parent]
         e = LEX[p.type]
         prep = {"in": self.c(["in", "inside", "sitting in"]), "on": self.c(["on", "lying on", "sitting on"])}[
-            e.prep or "on"]
+            e.prep or "on"
+        ]
         return f"{self.c(['', 'that is '])}{prep} the {self.name(p.type)}".replace("  ", " ")
 
     # receptacle phrases (with their preposition) -----------------------------------------------
@@ -127,21 +142,26 @@ class _Words:
                 return cs
             for art in ("a ", "an "):
                 if cs.startswith(art):
-                    cs = cs[len(art):]
+                    cs = cs[len(art) :]
             cs = cs if cs.startswith("the ") else "the " + cs
             return f"{'at' if cs.startswith('the place') else prep} {cs}"
         if st == "visual_appearance":
             return f"{prep} the {self.c(e.looks)}"
         n = self.name(typ)
         if st == "spatial":
-            special = {"CoffeeMachine": ["under the spout of the coffee maker", "beneath the coffee machine's spout"],
-                       "Toilet": ["on the back of the toilet", "on top of the toilet tank"],
-                       "StoveBurner": ["on top of the stove burner", "on the stove"],
-                       "Fridge": ["inside the fridge", "on a shelf inside the refrigerator"]}.get(typ)
+            special = {
+                "CoffeeMachine": ["under the spout of the coffee maker", "beneath the coffee machine's spout"],
+                "Toilet": ["on the back of the toilet", "on top of the toilet tank"],
+                "StoveBurner": ["on top of the stove burner", "on the stove"],
+                "Fridge": ["inside the fridge", "on a shelf inside the refrigerator"],
+            }.get(typ)
             if special and self.rng.random() < 0.6:
                 return self.c(special)
-            return (self.c(["inside the ", "in the ", "within the "]) if prep == "in"
-                    else self.c(["on top of the ", "on the ", "on the surface of the "])) + n
+            return (
+                self.c(["inside the ", "in the ", "within the "])
+                if prep == "in"
+                else self.c(["on top of the ", "on the ", "on the surface of the "])
+            ) + n
         return f"{prep} the {n}"
 
     def lamp(self) -> str:
@@ -159,42 +179,75 @@ def _core(tt: str, w: _Words) -> str:
     g = w.g
     c = w.c
     if tt == "pick_and_place_simple":
-        return c([f"put {w.obj()} {w.into(g.parent_target)}", f"place {w.obj()} {w.into(g.parent_target)}",
-                  f"move {w.obj()} {w.into(g.parent_target)}",
-                  f"pick up {w.obj()} and set it {w.into(g.parent_target)}",
-                  f"take {w.obj()} and leave it {w.into(g.parent_target)}"])
+        return c(
+            [
+                f"put {w.obj()} {w.into(g.parent_target)}",
+                f"place {w.obj()} {w.into(g.parent_target)}",
+                f"move {w.obj()} {w.into(g.parent_target)}",
+                f"pick up {w.obj()} and set it {w.into(g.parent_target)}",
+                f"take {w.obj()} and leave it {w.into(g.parent_target)}",
+            ]
+        )
     if tt == "pick_two_obj_and_place":
-        return c([f"put {w.objs2()} {w.into(g.parent_target)}", f"place {w.objs2()} {w.into(g.parent_target)}",
-                  f"move {w.objs2()} {w.into(g.parent_target)}",
-                  f"collect {w.objs2()} and put both {w.into(g.parent_target)}",
-                  f"take {w.objs2()} and leave them {w.into(g.parent_target)}"])
+        return c(
+            [
+                f"put {w.objs2()} {w.into(g.parent_target)}",
+                f"place {w.objs2()} {w.into(g.parent_target)}",
+                f"move {w.objs2()} {w.into(g.parent_target)}",
+                f"collect {w.objs2()} and put both {w.into(g.parent_target)}",
+                f"take {w.objs2()} and leave them {w.into(g.parent_target)}",
+            ]
+        )
     if tt == "look_at_obj_in_light":
-        return c([f"examine {w.obj()} under {w.lamp()}", f"look at {w.obj()} in the light of {w.lamp()}",
-                  f"pick up {w.obj()} and turn on {w.lamp()}", f"hold {w.obj()} while {w.lamp()} is on",
-                  f"turn on {w.lamp()} and inspect {w.obj()}", f"check {w.obj()} by the light of {w.lamp()}"])
+        return c(
+            [
+                f"examine {w.obj()} under {w.lamp()}",
+                f"look at {w.obj()} in the light of {w.lamp()}",
+                f"pick up {w.obj()} and turn on {w.lamp()}",
+                f"hold {w.obj()} while {w.lamp()} is on",
+                f"turn on {w.lamp()} and inspect {w.obj()}",
+                f"check {w.obj()} by the light of {w.lamp()}",
+            ]
+        )
     if tt == "pick_clean_then_place_in_recep":
-        return c([f"put a clean {_bare(w)} {w.into(g.parent_target)}",
-                  f"rinse off {w.obj()} and put it {w.into(g.parent_target)}",
-                  f"wash {w.obj()}, then place it {w.into(g.parent_target)}",
-                  f"clean {w.obj()} and move it {w.into(g.parent_target)}",
-                  f"give {w.obj()} a rinse in the sink and leave it {w.into(g.parent_target)}"])
+        return c(
+            [
+                f"put a clean {_bare(w)} {w.into(g.parent_target)}",
+                f"rinse off {w.obj()} and put it {w.into(g.parent_target)}",
+                f"wash {w.obj()}, then place it {w.into(g.parent_target)}",
+                f"clean {w.obj()} and move it {w.into(g.parent_target)}",
+                f"give {w.obj()} a rinse in the sink and leave it {w.into(g.parent_target)}",
+            ]
+        )
     if tt == "pick_heat_then_place_in_recep":
-        return c([f"put a heated {_bare(w)} {w.into(g.parent_target)}",
-                  f"warm up {w.obj()} and put it {w.into(g.parent_target)}",
-                  f"microwave {w.obj()}, then place it {w.into(g.parent_target)}",
-                  f"heat {w.obj()} and move it {w.into(g.parent_target)}",
-                  f"cook {w.obj()} in the microwave and leave it {w.into(g.parent_target)}"])
+        return c(
+            [
+                f"put a heated {_bare(w)} {w.into(g.parent_target)}",
+                f"warm up {w.obj()} and put it {w.into(g.parent_target)}",
+                f"microwave {w.obj()}, then place it {w.into(g.parent_target)}",
+                f"heat {w.obj()} and move it {w.into(g.parent_target)}",
+                f"cook {w.obj()} in the microwave and leave it {w.into(g.parent_target)}",
+            ]
+        )
     if tt == "pick_cool_then_place_in_recep":
-        return c([f"put a chilled {_bare(w)} {w.into(g.parent_target)}",
-                  f"cool {w.obj()} in the fridge and put it {w.into(g.parent_target)}",
-                  f"chill {w.obj()}, then place it {w.into(g.parent_target)}",
-                  f"make {w.obj()} cold and move it {w.into(g.parent_target)}",
-                  f"refrigerate {w.obj()} for a moment and leave it {w.into(g.parent_target)}"])
+        return c(
+            [
+                f"put a chilled {_bare(w)} {w.into(g.parent_target)}",
+                f"cool {w.obj()} in the fridge and put it {w.into(g.parent_target)}",
+                f"chill {w.obj()}, then place it {w.into(g.parent_target)}",
+                f"make {w.obj()} cold and move it {w.into(g.parent_target)}",
+                f"refrigerate {w.obj()} for a moment and leave it {w.into(g.parent_target)}",
+            ]
+        )
     m = g.mrecep_target
-    return c([f"put {w.obj()} {w.into(m)} and move the {w.name(m)} {w.into(g.parent_target)}",
-              f"place {w.obj(m)} with {w.obj()} in it {w.into(g.parent_target)}",
-              f"carry {w.obj()} in {w.obj(m)} and set it down {w.into(g.parent_target)}",
-              f"set {w.obj(m)} holding {w.obj()} {w.into(g.parent_target)}"])
+    return c(
+        [
+            f"put {w.obj()} {w.into(m)} and move the {w.name(m)} {w.into(g.parent_target)}",
+            f"place {w.obj(m)} with {w.obj()} in it {w.into(g.parent_target)}",
+            f"carry {w.obj()} in {w.obj(m)} and set it down {w.into(g.parent_target)}",
+            f"set {w.obj(m)} holding {w.obj()} {w.into(g.parent_target)}",
+        ]
+    )
 
 
 def _bare(w: _Words) -> str:
@@ -208,31 +261,64 @@ def _bare(w: _Words) -> str:
     return w.name(typ)
 
 
-_PRE = ["After a long day, I could use some help: ", "I'm tidying up before guests arrive. ",
-        "When you have a moment, ", "Since the room is a bit of a mess, ", "Before we sit down for dinner, ",
-        "I've been meaning to do this all week, so ", "If it isn't too much trouble, ", "Quick favour: ",
-        "While I'm out running errands, ", "To get the place in order, ", "My hands are full right now, so ",
-        "Here's a small chore for you. ", "We're expecting visitors soon; ", "As part of the evening routine, "]
-_POST = [" That way, everything will be right where it belongs.", " Thanks a lot!",
-         " It will make the morning much easier.", " Please don't forget this one.", " I'd really appreciate it.",
-         " Then the room will look neat.", ""]
+_PRE = [
+    "After a long day, I could use some help: ",
+    "I'm tidying up before guests arrive. ",
+    "When you have a moment, ",
+    "Since the room is a bit of a mess, ",
+    "Before we sit down for dinner, ",
+    "I've been meaning to do this all week, so ",
+    "If it isn't too much trouble, ",
+    "Quick favour: ",
+    "While I'm out running errands, ",
+    "To get the place in order, ",
+    "My hands are full right now, so ",
+    "Here's a small chore for you. ",
+    "We're expecting visitors soon; ",
+    "As part of the evening routine, ",
+]
+_POST = [
+    " That way, everything will be right where it belongs.",
+    " Thanks a lot!",
+    " It will make the morning much easier.",
+    " Please don't forget this one.",
+    " I'd really appreciate it.",
+    " Then the room will look neat.",
+    "",
+]
 
 
 def _complex(tt: str, w: _Words) -> str:
     core = _core(tt, w)
     sim = w.sim
-    others = [o for o in sim.objs.values() if o.parent in sim.objs and o.type not in WHOLE_TYPE
-              and o.type != w.g.object_target and LEX[sim.objs[o.parent].type].prep]
+    others = [
+        o
+        for o in sim.objs.values()
+        if o.parent in sim.objs
+        and o.type not in WHOLE_TYPE
+        and o.type != w.g.object_target
+        and LEX[sim.objs[o.parent].type].prep
+    ]
     parts = []
     r = w.rng.random()
     if others and r < 0.5:
         o = w.rng.choice(others)
         p = sim.objs[o.parent]
         thing, place = w.name(o.type), f"{LEX[p.type].prep} the {w.name(p.type)}"
-        parts.append(w.c([f"Although there's {_a(thing)} {place}, ", f"Ignore the {thing} {place}; ",
-                          f"Never mind the {thing} {place}. ", f"You may notice {_a(thing)} {place}, but ",
-                          f"The {thing} {place} can stay where it is. ", f"Leave the {thing} {place} alone. ",
-                          f"Don't worry about the {thing} {place}: ", f"Even though {_a(thing)} sits {place}, "]))
+        parts.append(
+            w.c(
+                [
+                    f"Although there's {_a(thing)} {place}, ",
+                    f"Ignore the {thing} {place}; ",
+                    f"Never mind the {thing} {place}. ",
+                    f"You may notice {_a(thing)} {place}, but ",
+                    f"The {thing} {place} can stay where it is. ",
+                    f"Leave the {thing} {place} alone. ",
+                    f"Don't worry about the {thing} {place}: ",
+                    f"Even though {_a(thing)} sits {place}, ",
+                ]
+            )
+        )
     elif r < 0.85:
         parts.append(w.c(_PRE))
     else:
@@ -245,9 +331,11 @@ def _complex(tt: str, w: _Words) -> str:
     return text + w.c(_POST)
 
 
-_MID = {"pick_clean_then_place_in_recep": "wash {obj} in the sink",
-        "pick_heat_then_place_in_recep": "warm {obj} up in the microwave",
-        "pick_cool_then_place_in_recep": "cool {obj} in the fridge"}
+_MID = {
+    "pick_clean_then_place_in_recep": "wash {obj} in the sink",
+    "pick_heat_then_place_in_recep": "warm {obj} up in the microwave",
+    "pick_cool_then_place_in_recep": "cool {obj} in the fridge",
+}
 
 
 def _steps(tt: str, w: _Words) -> str:
@@ -256,8 +344,17 @@ def _steps(tt: str, w: _Words) -> str:
     first = []
     if g.object_sliced:
         a = _a(w.name(g.object_target))
-        first.append(w.c([f"slice {a} with a knife", f"cut {a} into slices", f"use a knife to slice {a}",
-                          f"chop {a} with a knife", f"take a knife and slice {a}"]))
+        first.append(
+            w.c(
+                [
+                    f"slice {a} with a knife",
+                    f"cut {a} into slices",
+                    f"use a knife to slice {a}",
+                    f"chop {a} with a knife",
+                    f"take a knife and slice {a}",
+                ]
+            )
+        )
     obj = w.obj(definite=g.object_sliced)
     if g.object_sliced:
         obj = w.c(["one of the slices", "a slice", "a piece of it"])
@@ -279,13 +376,30 @@ def _steps(tt: str, w: _Words) -> str:
         last = f"put it {w.into(g.parent_target)}"
     stages = first + [mid, last]
     if len(stages) == 2:
-        return _cap(w.c([f"first {stages[0]}, then {stages[1]}.", f"{stages[0]}, and after that {stages[1]}.",
-                         f"two steps: {stages[0]}; then {stages[1]}.", f"begin to {stages[0]}, then {stages[1]}."]))
+        return _cap(
+            w.c(
+                [
+                    f"first {stages[0]}, then {stages[1]}.",
+                    f"{stages[0]}, and after that {stages[1]}.",
+                    f"two steps: {stages[0]}; then {stages[1]}.",
+                    f"begin to {stages[0]}, then {stages[1]}.",
+                ]
+            )
+        )
     a, b, c = stages
-    return _cap(w.c([f"first {a}, then {b}, and finally {c}.", f"{a}; next, {b}; last, {c}.",
-                     f"step one: {a}. Step two: {b}. Step three: {c}.", f"start by doing this: {a}. Then {b}, and {c}.",
-                     f"this takes three steps: {a}, {b}, and {c}.", f"begin with the knife: {a}; afterwards {b}; "
-                     f"to finish, {c}.", f"{a}. When that is done, {b}. Finally, {c}."]))
+    return _cap(
+        w.c(
+            [
+                f"first {a}, then {b}, and finally {c}.",
+                f"{a}; next, {b}; last, {c}.",
+                f"step one: {a}. Step two: {b}. Step three: {c}.",
+                f"start by doing this: {a}. Then {b}, and {c}.",
+                f"this takes three steps: {a}, {b}, and {c}.",
+                f"begin with the knife: {a}; afterwards {b}; to finish, {c}.",
+                f"{a}. When that is done, {b}. Finally, {c}.",
+            ]
+        )
+    )
 
 
 def make_instruction(task_type: str, goal: Goal, sim: Simulator, subset: str, rng: random.Random) -> str:

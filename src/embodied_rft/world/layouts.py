@@ -21,34 +21,158 @@ ROOMS = ("kitchen", "living_room", "bedroom", "bathroom")
 
 # room -> [(type, min count, max count)] of fixed receptacles (ALFRED plans' receptacles per scene type)
 FURNITURE: dict[str, list[tuple[str, int, int]]] = {
-    "kitchen": [("CounterTop", 1, 3), ("Cabinet", 3, 8), ("Drawer", 1, 5), ("Fridge", 1, 1), ("Microwave", 1, 1),
-                ("Sink", 1, 1), ("StoveBurner", 2, 4), ("CoffeeMachine", 0, 1), ("GarbageCan", 1, 1),
-                ("DiningTable", 0, 1), ("Shelf", 0, 2), ("SideTable", 0, 1)],
-    "living_room": [("Sofa", 1, 1), ("ArmChair", 0, 2), ("CoffeeTable", 1, 1), ("SideTable", 0, 2),
-                    ("Dresser", 0, 1), ("Shelf", 0, 3), ("Drawer", 0, 3), ("Cabinet", 0, 3), ("GarbageCan", 1, 1),
-                    ("DiningTable", 0, 1), ("Ottoman", 0, 1), ("Desk", 0, 1), ("Safe", 0, 1)],
-    "bedroom": [("Bed", 1, 1), ("Desk", 0, 1), ("Dresser", 0, 1), ("SideTable", 0, 2), ("Drawer", 1, 5),
-                ("Shelf", 0, 3), ("GarbageCan", 1, 1), ("Safe", 0, 1), ("ArmChair", 0, 1), ("DiningTable", 0, 1),
-                ("Cabinet", 0, 2)],
-    "bathroom": [("Toilet", 1, 1), ("ToiletPaperHanger", 0, 1), ("Sink", 1, 2), ("Bathtub", 0, 1),
-                 ("CounterTop", 1, 1), ("Cabinet", 1, 4), ("Drawer", 0, 4), ("GarbageCan", 1, 1), ("Shelf", 0, 2),
-                 ("Cart", 0, 1), ("SideTable", 0, 1), ("Dresser", 0, 1)],
+    "kitchen": [
+        ("CounterTop", 1, 3),
+        ("Cabinet", 3, 8),
+        ("Drawer", 1, 5),
+        ("Fridge", 1, 1),
+        ("Microwave", 1, 1),
+        ("Sink", 1, 1),
+        ("StoveBurner", 2, 4),
+        ("CoffeeMachine", 0, 1),
+        ("GarbageCan", 1, 1),
+        ("DiningTable", 0, 1),
+        ("Shelf", 0, 2),
+        ("SideTable", 0, 1),
+    ],
+    "living_room": [
+        ("Sofa", 1, 1),
+        ("ArmChair", 0, 2),
+        ("CoffeeTable", 1, 1),
+        ("SideTable", 0, 2),
+        ("Dresser", 0, 1),
+        ("Shelf", 0, 3),
+        ("Drawer", 0, 3),
+        ("Cabinet", 0, 3),
+        ("GarbageCan", 1, 1),
+        ("DiningTable", 0, 1),
+        ("Ottoman", 0, 1),
+        ("Desk", 0, 1),
+        ("Safe", 0, 1),
+    ],
+    "bedroom": [
+        ("Bed", 1, 1),
+        ("Desk", 0, 1),
+        ("Dresser", 0, 1),
+        ("SideTable", 0, 2),
+        ("Drawer", 1, 5),
+        ("Shelf", 0, 3),
+        ("GarbageCan", 1, 1),
+        ("Safe", 0, 1),
+        ("ArmChair", 0, 1),
+        ("DiningTable", 0, 1),
+        ("Cabinet", 0, 2),
+    ],
+    "bathroom": [
+        ("Toilet", 1, 1),
+        ("ToiletPaperHanger", 0, 1),
+        ("Sink", 1, 2),
+        ("Bathtub", 0, 1),
+        ("CounterTop", 1, 1),
+        ("Cabinet", 1, 4),
+        ("Drawer", 0, 4),
+        ("GarbageCan", 1, 1),
+        ("Shelf", 0, 2),
+        ("Cart", 0, 1),
+        ("SideTable", 0, 1),
+        ("Dresser", 0, 1),
+    ],
 }
 
 # room -> pickable types its scenes hold (ALFRED object_poses per scene type, EB types only)
 POOLS: dict[str, tuple[str, ...]] = {
-    "kitchen": ("Apple", "Bread", "Lettuce", "Potato", "Tomato", "Egg", "Knife", "ButterKnife", "Fork", "Spoon",
-                "Spatula", "Ladle", "Mug", "Cup", "Bowl", "Plate", "Pan", "Pot", "Kettle", "DishSponge",
-                "SaltShaker", "PepperShaker", "SoapBottle", "Glassbottle", "WineBottle", "Vase", "Statue",
-                "CellPhone", "CreditCard", "Book", "Pen", "Pencil", "SprayBottle"),
-    "living_room": ("Book", "Bowl", "Box", "Candle", "CellPhone", "CreditCard", "KeyChain", "Laptop", "Newspaper",
-                    "Pen", "Pencil", "Pillow", "Plate", "RemoteControl", "Statue", "TissueBox", "Vase", "Watch",
-                    "WateringCan"),
-    "bedroom": ("AlarmClock", "BaseballBat", "BasketBall", "Book", "Bowl", "Box", "CD", "CellPhone", "Cloth",
-                "CreditCard", "KeyChain", "Laptop", "Mug", "Pen", "Pencil", "Pillow", "RemoteControl", "Statue",
-                "TennisRacket", "TissueBox", "Vase", "Watch"),
-    "bathroom": ("Candle", "Cloth", "DishSponge", "HandTowel", "Plunger", "SoapBar", "SoapBottle", "SprayBottle",
-                 "TissueBox", "ToiletPaper"),
+    "kitchen": (
+        "Apple",
+        "Bread",
+        "Lettuce",
+        "Potato",
+        "Tomato",
+        "Egg",
+        "Knife",
+        "ButterKnife",
+        "Fork",
+        "Spoon",
+        "Spatula",
+        "Ladle",
+        "Mug",
+        "Cup",
+        "Bowl",
+        "Plate",
+        "Pan",
+        "Pot",
+        "Kettle",
+        "DishSponge",
+        "SaltShaker",
+        "PepperShaker",
+        "SoapBottle",
+        "Glassbottle",
+        "WineBottle",
+        "Vase",
+        "Statue",
+        "CellPhone",
+        "CreditCard",
+        "Book",
+        "Pen",
+        "Pencil",
+        "SprayBottle",
+    ),
+    "living_room": (
+        "Book",
+        "Bowl",
+        "Box",
+        "Candle",
+        "CellPhone",
+        "CreditCard",
+        "KeyChain",
+        "Laptop",
+        "Newspaper",
+        "Pen",
+        "Pencil",
+        "Pillow",
+        "Plate",
+        "RemoteControl",
+        "Statue",
+        "TissueBox",
+        "Vase",
+        "Watch",
+        "WateringCan",
+    ),
+    "bedroom": (
+        "AlarmClock",
+        "BaseballBat",
+        "BasketBall",
+        "Book",
+        "Bowl",
+        "Box",
+        "CD",
+        "CellPhone",
+        "Cloth",
+        "CreditCard",
+        "KeyChain",
+        "Laptop",
+        "Mug",
+        "Pen",
+        "Pencil",
+        "Pillow",
+        "RemoteControl",
+        "Statue",
+        "TennisRacket",
+        "TissueBox",
+        "Vase",
+        "Watch",
+    ),
+    "bathroom": (
+        "Candle",
+        "Cloth",
+        "DishSponge",
+        "HandTowel",
+        "Plunger",
+        "SoapBar",
+        "SoapBottle",
+        "SprayBottle",
+        "TissueBox",
+        "ToiletPaper",
+    ),
 }
 
 LAMP_HOSTS = ("Desk", "SideTable", "Dresser")
@@ -100,8 +224,9 @@ def sample_layout(room: str, rng: random.Random, layout_id: str) -> Layout:
     return Layout(layout_id, room, tuple(fixed))
 
 
-def make_layouts(seed: int, n_train: int, n_unseen: int, rooms: tuple[str, ...] = ROOMS
-                 ) -> tuple[list[Layout], list[Layout]]:
+def make_layouts(
+    seed: int, n_train: int, n_unseen: int, rooms: tuple[str, ...] = ROOMS
+) -> tuple[list[Layout], list[Layout]]:
     """``n_train`` and ``n_unseen`` layouts per room; unseen ones differ from every train layout."""
     train: list[Layout] = []
     unseen: list[Layout] = []
@@ -110,8 +235,9 @@ def make_layouts(seed: int, n_train: int, n_unseen: int, rooms: tuple[str, ...] 
         seen: set = set()
         k = 0
         tries = 0
-        while len([x for x in train if x.room == room]) < n_train or len(
-                [x for x in unseen if x.room == room]) < n_unseen:
+        while (
+            len([x for x in train if x.room == room]) < n_train or len([x for x in unseen if x.room == room]) < n_unseen
+        ):
             tries += 1
             if tries > 100 * (n_train + n_unseen) + 100:
                 raise ValueError(f"cannot draw {n_train}+{n_unseen} distinct {room} layouts")

@@ -119,8 +119,15 @@ def _parse() -> dict[str, Entry]:
     out = {}
     for line in _TABLE.strip().splitlines():
         t, names, common, looks, colour, rgb, prep = line.split("|")
-        out[t] = Entry(t, tuple(names.split(",")), tuple(common.split(",")), tuple(looks.split(",")), colour,
-                       tuple(int(x) for x in rgb.split(",")), prep)  # type: ignore[arg-type]
+        out[t] = Entry(
+            t,
+            tuple(names.split(",")),
+            tuple(common.split(",")),
+            tuple(looks.split(",")),
+            colour,
+            tuple(int(x) for x in rgb.split(",")),
+            prep,
+        )  # type: ignore[arg-type]
     return out
 
 

@@ -55,8 +55,9 @@ RECEPTACLE_OBJECTS: dict[str, frozenset[str]] = {
     "Pan": _set(f"{_FOOD} {_UTENSILS}"),
     "Bowl": _set(f"{_FOOD} {_UTENSILS} {_SMALL} Mug RemoteControl"),
     "CoffeeMachine": _set("Mug"),
-    "Microwave": _set("Apple AppleSliced Bowl Bread BreadSliced Cup Egg Glassbottle Mug Plate Potato PotatoSliced "
-                      "Tomato TomatoSliced"),
+    "Microwave": _set(
+        "Apple AppleSliced Bowl Bread BreadSliced Cup Egg Glassbottle Mug Plate Potato PotatoSliced Tomato TomatoSliced"
+    ),
     "StoveBurner": _set("Kettle Pan Pot"),
     "Fridge": _set(f"{_FOOD} Bowl Bread BreadSliced Cup Glassbottle Mug Pan Plate Pot WineBottle"),
     "Mug": _set("ButterKnife Fork Knife Pen Pencil Spoon KeyChain Watch"),
@@ -65,36 +66,48 @@ RECEPTACLE_OBJECTS: dict[str, frozenset[str]] = {
     "Sofa": _set(_SEAT),
     "ArmChair": _set(_SEAT),
     "Ottoman": _set(_SEAT),
-    "Box": _set("AlarmClock Book Candle CD CellPhone Cloth CreditCard DishSponge Glassbottle KeyChain Mug Pen "
-                "Pencil RemoteControl Statue TissueBox Vase Watch"),
+    "Box": _set(
+        "AlarmClock Book Candle CD CellPhone Cloth CreditCard DishSponge Glassbottle KeyChain Mug Pen "
+        "Pencil RemoteControl Statue TissueBox Vase Watch"
+    ),
     "Dresser": _set(_FURNITURE_TOP),
     "Desk": _set(f"{_FURNITURE_TOP} SoapBottle"),
     "Bed": _set("BaseballBat BasketBall Book CellPhone Laptop Newspaper Pillow TennisRacket"),
-    "Toilet": _set("Candle Cloth DishSponge Newspaper SoapBar SoapBottle SprayBottle TissueBox ToiletPaper "
-                   "HandTowel"),
+    "Toilet": _set("Candle Cloth DishSponge Newspaper SoapBar SoapBottle SprayBottle TissueBox ToiletPaper HandTowel"),
     "ToiletPaperHanger": _set("ToiletPaper"),
-    "Cart": _set("Candle Cloth DishSponge Mug Plunger SoapBar SoapBottle SprayBottle Statue TissueBox ToiletPaper "
-                 "Vase HandTowel"),
+    "Cart": _set(
+        "Candle Cloth DishSponge Mug Plunger SoapBar SoapBottle SprayBottle Statue TissueBox ToiletPaper Vase HandTowel"
+    ),
     "Bathtub": _set("Cloth DishSponge SoapBar HandTowel"),
-    "Sink": _set("Apple AppleSliced Bowl ButterKnife Cloth Cup DishSponge Egg Glassbottle Fork Kettle Knife Ladle "
-                 "Lettuce LettuceSliced Mug Pan Plate Pot Potato PotatoSliced SoapBar Spatula Spoon Tomato "
-                 "TomatoSliced HandTowel"),
-    "Cabinet": _set("Book Bowl Box Candle CD Cloth Cup DishSponge Glassbottle Kettle Ladle Mug Newspaper Pan "
-                    "PepperShaker Plate Plunger Pot SaltShaker SoapBar SoapBottle SprayBottle TissueBox ToiletPaper "
-                    "Vase WateringCan WineBottle HandTowel"),
+    "Sink": _set(
+        "Apple AppleSliced Bowl ButterKnife Cloth Cup DishSponge Egg Glassbottle Fork Kettle Knife Ladle "
+        "Lettuce LettuceSliced Mug Pan Plate Pot Potato PotatoSliced SoapBar Spatula Spoon Tomato "
+        "TomatoSliced HandTowel"
+    ),
+    "Cabinet": _set(
+        "Book Bowl Box Candle CD Cloth Cup DishSponge Glassbottle Kettle Ladle Mug Newspaper Pan "
+        "PepperShaker Plate Plunger Pot SaltShaker SoapBar SoapBottle SprayBottle TissueBox ToiletPaper "
+        "Vase WateringCan WineBottle HandTowel"
+    ),
     "DiningTable": _set(_TABLETOP),
     "CoffeeTable": _set(_TABLETOP),
     "SideTable": _set(_TABLETOP),
     "CounterTop": _set(_TABLETOP),
-    "Shelf": _set("AlarmClock Book Bowl Box Candle CD CellPhone Cloth CreditCard Cup DishSponge Glassbottle Kettle "
-                  "KeyChain Mug Newspaper Pen Pencil PepperShaker Plate Pot RemoteControl SaltShaker SoapBar "
-                  "SoapBottle SprayBottle Statue TissueBox ToiletPaper Vase Watch WateringCan WineBottle HandTowel"),
-    "Drawer": _set("Book ButterKnife Candle CD CellPhone Cloth CreditCard DishSponge Fork KeyChain Knife Ladle "
-                   "Newspaper Pen Pencil PepperShaker RemoteControl SaltShaker SoapBar SoapBottle Spatula Spoon "
-                   "SprayBottle TissueBox ToiletPaper Watch WateringCan HandTowel"),
-    "GarbageCan": _set("Apple AppleSliced Bread BreadSliced CD Cloth DishSponge Egg Lettuce LettuceSliced Newspaper "
-                       "Pen Pencil Potato PotatoSliced SoapBar SoapBottle SprayBottle TissueBox ToiletPaper Tomato "
-                       "TomatoSliced WineBottle HandTowel"),
+    "Shelf": _set(
+        "AlarmClock Book Bowl Box Candle CD CellPhone Cloth CreditCard Cup DishSponge Glassbottle Kettle "
+        "KeyChain Mug Newspaper Pen Pencil PepperShaker Plate Pot RemoteControl SaltShaker SoapBar "
+        "SoapBottle SprayBottle Statue TissueBox ToiletPaper Vase Watch WateringCan WineBottle HandTowel"
+    ),
+    "Drawer": _set(
+        "Book ButterKnife Candle CD CellPhone Cloth CreditCard DishSponge Fork KeyChain Knife Ladle "
+        "Newspaper Pen Pencil PepperShaker RemoteControl SaltShaker SoapBar SoapBottle Spatula Spoon "
+        "SprayBottle TissueBox ToiletPaper Watch WateringCan HandTowel"
+    ),
+    "GarbageCan": _set(
+        "Apple AppleSliced Bread BreadSliced CD Cloth DishSponge Egg Lettuce LettuceSliced Newspaper "
+        "Pen Pencil Potato PotatoSliced SoapBar SoapBottle SprayBottle TissueBox ToiletPaper Tomato "
+        "TomatoSliced WineBottle HandTowel"
+    ),
     "Safe": _set("CD CellPhone CreditCard KeyChain Statue Vase Watch"),
 }
 
@@ -113,10 +126,14 @@ BASINS = _set("Sink Bathtub")
 LAMPS = _set("DeskLamp FloorLamp")
 
 _HEATABLE = _set("Apple AppleSliced Bread BreadSliced Cup Egg Mug Plate Potato PotatoSliced Tomato TomatoSliced")
-_COOLABLE = _set("Apple AppleSliced Bowl Bread BreadSliced Cup Egg Lettuce LettuceSliced Mug Pan Plate Pot Potato "
-                 "PotatoSliced Tomato TomatoSliced WineBottle")
-_CLEANABLE = _set("Apple AppleSliced Bowl ButterKnife Cloth Cup DishSponge Egg Fork Kettle Knife Ladle Lettuce "
-                  "LettuceSliced Mug Pan Plate Pot Potato PotatoSliced SoapBar Spatula Spoon Tomato TomatoSliced")
+_COOLABLE = _set(
+    "Apple AppleSliced Bowl Bread BreadSliced Cup Egg Lettuce LettuceSliced Mug Pan Plate Pot Potato "
+    "PotatoSliced Tomato TomatoSliced WineBottle"
+)
+_CLEANABLE = _set(
+    "Apple AppleSliced Bowl ButterKnife Cloth Cup DishSponge Egg Fork Kettle Knife Ladle Lettuce "
+    "LettuceSliced Mug Pan Plate Pot Potato PotatoSliced SoapBar Spatula Spoon Tomato TomatoSliced"
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,8 +24,11 @@ from embodied_rft.world.simulator import HAND, Obj, Simulator
 
 Pred = Callable[[Obj], bool]
 _ANY: Pred = lambda o: True  # noqa: E731
-_PROCESS = {"pick_clean_then_place_in_recep": "cleaned", "pick_heat_then_place_in_recep": "heated",
-            "pick_cool_then_place_in_recep": "cooled"}
+_PROCESS = {
+    "pick_clean_then_place_in_recep": "cleaned",
+    "pick_heat_then_place_in_recep": "heated",
+    "pick_cool_then_place_in_recep": "cooled",
+}
 
 
 class PlanError(RuntimeError):

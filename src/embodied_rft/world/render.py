@@ -1,4 +1,4 @@
-"""Text and image observations of a :class:`~embodied_rft.world.simulator.Simulator` state.
+"""Text and image observations of a :class:`~embodied_rft.world.state.WorldState`.
 
 Inputs: a simulator. Outputs: ``observe_text(sim) -> str`` (a few short lines: room and place, what is
 visible there with states, what is held) and ``render_image(sim, size) -> PIL.Image`` (the same content as
@@ -21,7 +21,7 @@ from embodied_rft.world.lexicon import colour_of
 from embodied_rft.world.objects import TYPES, WHOLE_TYPE
 
 if TYPE_CHECKING:  # pragma: no cover
-    from embodied_rft.world.simulator import Obj, Simulator
+    from embodied_rft.world.state import Obj, WorldState
 
 
 def _states(o: Obj) -> list[str]:
@@ -47,7 +47,7 @@ def _label(o: Obj) -> str:
     return o.type if o.type in WHOLE_TYPE else o.id
 
 
-def _children(sim: Simulator) -> dict[str | None, list[Obj]]:
+def _children(sim: WorldState) -> dict[str | None, list[Obj]]:
     kids: dict[str | None, list[Obj]] = {}
     for o in sim.objs.values():
         kids.setdefault(o.parent, []).append(o)
@@ -82,7 +82,7 @@ def _group(items: list[str]) -> list[str]:
     return [f"{it} x{counts[it]}" if counts[it] > 1 else it for it in out]
 
 
-def _place_objects(sim: Simulator, kids: dict) -> list[Obj]:
+def _place_objects(sim: WorldState, kids: dict) -> list[Obj]:
     """Top-level things visible at the agent's place (the anchor first, then what was dropped there)."""
     if sim.loc is None:
         tops = sorted((o for o in kids.get(None, []) if o.floor_at == o.id), key=lambda o: (o.type, o.order))
@@ -96,7 +96,7 @@ def _place_objects(sim: Simulator, kids: dict) -> list[Obj]:
     return out
 
 
-def observe_text(sim: Simulator) -> str:
+def observe_text(sim: WorldState) -> str:
     kids = _children(sim)
     room = sim.room.replace("_", " ")
     if sim.loc is None:
@@ -114,8 +114,12 @@ def observe_text(sim: Simulator) -> str:
 
 
 # ---------------------------------------------------------------------- image
-_BG = {"kitchen": (236, 229, 214), "living_room": (222, 232, 222), "bedroom": (226, 224, 238),
-       "bathroom": (214, 232, 240)}
+_BG = {
+    "kitchen": (236, 229, 214),
+    "living_room": (222, 232, 222),
+    "bedroom": (226, 224, 238),
+    "bathroom": (214, 232, 240),
+}
 
 
 def _font() -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
@@ -158,7 +162,7 @@ def _box(d: ImageDraw.ImageDraw, font, o: Obj, kids: dict, x0: int, y0: int, x1:
         _box(d, font, c, kids, cx0, cy0, cx0 + w - 3, cy0 + h - 2, depth + 1)
 
 
-def render_image(sim: Simulator, size: int = 224) -> Image.Image:
+def render_image(sim: WorldState, size: int = 224) -> Image.Image:
     """A deterministic drawing of what :func:`observe_text` says (size x size RGB)."""
     kids = _children(sim)
     img = Image.new("RGB", (size, size), _BG.get(sim.room, (230, 230, 230)))
@@ -205,8 +209,9 @@ def render_image(sim: Simulator, size: int = 224) -> Image.Image:
             rgb = colour_of(o.type)
             d.rectangle((x0, size - 27, x0 + w - 3, size - 3), fill=rgb, outline=(255, 255, 255) if i == 0 else None)
             st = _states(o)
-            d.text((x0 + 2, size - 22), _label(o) + (f" ({','.join(st)})" if st else ""),
-                   fill=_text_rgb(rgb), font=font)
+            d.text(
+                (x0 + 2, size - 22), _label(o) + (f" ({','.join(st)})" if st else ""), fill=_text_rgb(rgb), font=font
+            )
     return img
 
 

@@ -14,12 +14,9 @@ is ignored (with a warning), so a changed config never resumes into a stale run.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import random
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -28,7 +25,8 @@ from typing import Any
 
 import torch
 
-from embodied_rft.data.jsonl import write_text_atomic
+from embodied_rft.core.atomic import write_text_atomic
+from embodied_rft.core.digest import json_digest
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +53,14 @@ class EngineState:
     zero_adv_groups_trained: int = 0  # of those, groups whose advantages were all 0 (the filter removes them)
     exhausted: bool = False  # the prompt stream ran out (num_episodes passes done)
     seconds: dict[str, float] = field(
-        default_factory=lambda: {"generate": 0.0, "reward": 0.0, "logprob": 0.0, "update": 0.0, "eval": 0.0, "checkpoint": 0.0}
+        default_factory=lambda: {
+            "generate": 0.0,
+            "reward": 0.0,
+            "logprob": 0.0,
+            "update": 0.0,
+            "eval": 0.0,
+            "checkpoint": 0.0,
+        }
     )
     eval_before: dict | None = None
     history: list[dict] = field(default_factory=list)
@@ -64,8 +69,8 @@ class EngineState:
 
 
 def fingerprint(obj: Any) -> str:
-    """A stable hash of a JSON-able description of the run (config, input paths and sizes)."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    """A stable 16-digit hash of a JSON-able description of the run (config, inputs)."""
+    return json_digest(obj, 16)
 
 
 def rng_state() -> dict:
@@ -83,7 +88,14 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(
-    work_dir: str | Path, fp: str, model: Any, optimizer: Any, scheduler: Any, state: EngineState, buffer: Any, keep: int = 1
+    work_dir: str | Path,
+    fp: str,
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    state: EngineState,
+    buffer: Any,
+    keep: int = 1,
 ) -> Path:
     """Write ``ckpt-<updates>/`` and point ``latest`` at it; keep the newest ``keep`` folders."""
     work_dir = Path(work_dir)
@@ -132,7 +144,9 @@ def load_checkpoint(work_dir: str | Path, fp: str) -> tuple[Path, dict] | None:
     if blob.get("fingerprint") != fp:
         log.warning(
             "checkpoint %s belongs to another run (config or inputs changed: %s != %s); starting fresh",
-            folder, blob.get("fingerprint"), fp,
+            folder,
+            blob.get("fingerprint"),
+            fp,
         )
         return None
     return folder, blob
@@ -142,38 +156,11 @@ def load_weights(folder: Path, model: Any) -> None:
     model.load_state_dict(torch.load(folder / _WEIGHTS, map_location="cpu", weights_only=True))
 
 
-def save_pretrained_atomic(model: Any, tokenizer_or_processor: Any, out_dir: str | Path) -> None:
-    """Save a Hugging Face checkpoint (model + tokenizer/processor) so ``out_dir`` is never half-written:
-    write a sibling temp folder, then swap it in with renames."""
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    # the temp (mkdtemp: 8 random characters) and old-<pid> folders of a save killed midway, and nothing else
-    own = re.compile(rf"\.{re.escape(out_dir.name)}\.(old-\d+|[a-z0-9_]{{8}})")
-    for stale in out_dir.parent.glob(f".{out_dir.name}.*"):
-        if stale.is_dir() and own.fullmatch(stale.name):
-            shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer_or_processor.save_pretrained(tmp)
-        old = None
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-            os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 __all__ = [
     "EngineState",
     "fingerprint",
     "load_checkpoint",
     "load_weights",
     "save_checkpoint",
-    "save_pretrained_atomic",
     "set_rng_state",
 ]

@@ -3,7 +3,7 @@
 Input: the ``grpo`` mapping of the composed config (``conf/grpo/<backend>.yaml``), read with
 ``config.build(GRPOConfig, section, "grpo")``. Output: a frozen, self-checking :class:`GRPOConfig`.
 
-Defaults are the paper's settings where the paper (or its RR code, an OpenRLHF 0.6 fork; FACTS §1.5) states
+Defaults are the paper's settings where the paper (or its RR code, an OpenRLHF 0.6 fork; docs/facts.md §1.5) states
 them, so a field left out of a YAML file means "as the paper did"; ``conf/grpo/local.yaml`` overrides them
 for the tiny CPU run. Units: tokens for lengths, sequences (= responses) for ``train_batch_size`` and
 ``micro_batch_size``, prompts (= groups) for ``rollout_batch_size`` and ``filter.buffer_size``.
@@ -11,7 +11,7 @@ for the tiny CPU run. Units: tokens for lengths, sequences (= responses) for ``t
 One optimiser *update* = one AdamW step over ``train_batch_size`` sequences of the buffer. A full buffer of
 N_B groups holds N_B·G sequences; K_2 = ``filter.updates_per_buffer`` updates run on it, walking it in
 shuffled minibatches (a new shuffle each pass). OpenRLHF expresses the same as
-K_2 = max_epochs × N_B·G / train_batch_size (FACTS §5); :meth:`GRPOConfig.openrlhf_epochs` does the division.
+K_2 = max_epochs × N_B·G / train_batch_size (docs/facts.md §5.5); :meth:`GRPOConfig.openrlhf_epochs` does the division.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from embodied_rft.train.grpo.onpolicy import OnPolicyConfig
 
 
 def _paper_filter() -> FilterConfig:
-    # RR code: 128 prompts per rollout, K_2 = 1 epoch x 128 x 8 / 128 = 8 (inferred; FACTS §1.5-1.6).
+    # RR code: 128 prompts per rollout, K_2 = 1 epoch x 128 x 8 / 128 = 8 (inferred; docs/facts.md §1.6, §5.5).
     return FilterConfig(buffer_size=128, updates_per_buffer=8)
 
 
@@ -73,9 +73,15 @@ class OpenRLHFConfig:
     def __post_init__(self) -> None:
         check(self.num_nodes >= 1, "grpo.openrlhf.num_nodes", f"must be >= 1, got {self.num_nodes}")
         check(self.gpus_per_node >= 1, "grpo.openrlhf.gpus_per_node", f"must be >= 1, got {self.gpus_per_node}")
-        check(self.vllm_num_engines >= 1, "grpo.openrlhf.vllm_num_engines", "must be >= 1 (rewards from a file need vLLM rollouts)")
+        check(
+            self.vllm_num_engines >= 1,
+            "grpo.openrlhf.vllm_num_engines",
+            "must be >= 1 (rewards from a file need vLLM rollouts)",
+        )
         check(self.vllm_tensor_parallel_size >= 1, "grpo.openrlhf.vllm_tensor_parallel_size", "must be >= 1")
-        check(0 < self.vllm_gpu_memory_utilization <= 1, "grpo.openrlhf.vllm_gpu_memory_utilization", "must be in (0, 1]")
+        check(
+            0 < self.vllm_gpu_memory_utilization <= 1, "grpo.openrlhf.vllm_gpu_memory_utilization", "must be in (0, 1]"
+        )
         check(self.zero_stage in (0, 1, 2, 3), "grpo.openrlhf.zero_stage", f"must be 0..3, got {self.zero_stage}")
         check(self.micro_train_batch_size >= 1, "grpo.openrlhf.micro_train_batch_size", "must be >= 1")
         check(self.micro_rollout_batch_size >= 1, "grpo.openrlhf.micro_rollout_batch_size", "must be >= 1")
@@ -102,7 +108,7 @@ class OpenRLHFConfig:
 
 @dataclass(frozen=True)
 class GRPOConfig:
-    """GRPO settings (paper §3.2, FACTS §1.5-1.6). Defaults = the paper's; see the module docstring."""
+    """GRPO settings (paper §3.2, docs/facts.md §1.5-1.6). Defaults = the paper's; see the module docstring."""
 
     # Engine: local (torch, CPU or one GPU; the embedded default) | openrlhf (Ray job on a GPU cluster).
     backend: Literal["local", "openrlhf"] = "local"
@@ -222,7 +228,11 @@ class GRPOConfig:
     def __post_init__(self) -> None:
         g = self.group_size
         check(g >= 2, "grpo.group_size", f"G must be >= 2 for group-normalised advantages; got {g}")
-        check(0.0 < self.temperature <= 5.0, "grpo.temperature", f"must be in (0, 5] (rollouts sample); got {self.temperature}")
+        check(
+            0.0 < self.temperature <= 5.0,
+            "grpo.temperature",
+            f"must be in (0, 5] (rollouts sample); got {self.temperature}",
+        )
         check(0.0 < self.top_p <= 1.0, "grpo.top_p", f"must be in (0, 1]; got {self.top_p}")
         check(self.max_new_tokens >= 1, "grpo.max_new_tokens", f"must be >= 1; got {self.max_new_tokens}")
         check(self.max_prompt_tokens >= 8, "grpo.max_prompt_tokens", f"must be >= 8; got {self.max_prompt_tokens}")
@@ -236,7 +246,11 @@ class GRPOConfig:
         check(0 < self.eps_clip < 1, "grpo.eps_clip", f"ε must be in (0, 1); got {self.eps_clip}")
         check(self.adv_eps > 0, "grpo.adv_eps", f"must be > 0; got {self.adv_eps}")
         self.filter.bounds(g)  # raises when lower/upper cannot fit G
-        check(self.train_batch_size >= 0, "grpo.train_batch_size", f"must be >= 0 (0 = whole buffer); got {self.train_batch_size}")
+        check(
+            self.train_batch_size >= 0,
+            "grpo.train_batch_size",
+            f"must be >= 0 (0 = whole buffer); got {self.train_batch_size}",
+        )
         n_seq = self.filter.buffer_size * g
         check(
             self.train_batch_size <= n_seq,
@@ -251,8 +265,11 @@ class GRPOConfig:
         check(self.save_every >= 0, "grpo.save_every", "must be >= 0 (0 = never)")
         check(self.num_rollout_workers >= 0, "grpo.num_rollout_workers", "must be >= 0 (0 = in-process)")
         check(self.ray_num_cpus >= 1, "grpo.ray_num_cpus", "must be >= 1")
-        check(self.sampler_max_rows is None or self.sampler_max_rows >= self.group_size, "grpo.sampler_max_rows",
-              f"must be null or >= group_size ({self.group_size}); got {self.sampler_max_rows}")
+        check(
+            self.sampler_max_rows is None or self.sampler_max_rows >= self.group_size,
+            "grpo.sampler_max_rows",
+            f"must be null or >= group_size ({self.group_size}); got {self.sampler_max_rows}",
+        )
         check(self.rollout_processes >= 0, "grpo.rollout_processes", "must be >= 0 (0 = in-process)")
         check(
             not (self.rollout_processes and self.num_rollout_workers),
@@ -271,7 +288,9 @@ class GRPOConfig:
             f"must be auto, shared_prompt or padded; got {self.update_forward!r}",
         )
         for i, r in enumerate(self.report_to):
-            check(r in ("wandb",), f"grpo.report_to[{i}]", f"unknown tracker {r!r}; supported: wandb (or an empty list)")
+            check(
+                r in ("wandb",), f"grpo.report_to[{i}]", f"unknown tracker {r!r}; supported: wandb (or an empty list)"
+            )
         check(self.eval_max_samples >= 0, "grpo.eval_max_samples", "must be >= 0 (0 = skip)")
         check(self.eval_max_new_tokens >= 0, "grpo.eval_max_new_tokens", "must be >= 0 (0 = max_new_tokens)")
         check(self.eval_batch_size >= 1, "grpo.eval_batch_size", "must be >= 1")

@@ -7,7 +7,7 @@ chat ``prompt``, JSON ``label``, optional ``image``), a :class:`GRPOConfig`. Out
 before/after, filter counters, timings and the per-update ``history``), ``plots_path`` (one row per update
 for ``dvc plots``), optional W&B run, resumable checkpoints in ``work_dir``.
 
-The loop (paper §3.2-3.3, FACTS §1.5-1.6):
+The loop (paper §3.2-3.3, docs/facts.md §1.5-1.6):
 1. take the next ``rollout_batch_size`` prompts (a fixed-seed shuffle per episode; with ``rollout_fill``, as
    many as should fill the buffer at the acceptance rate so far) and sample G responses each (``ray_workers``:
    in-process or Ray actors; ``workers``: worker processes on shared weights);
@@ -43,34 +43,25 @@ from typing import Any
 import torch
 from transformers import get_scheduler
 
-from embodied_rft.config import as_dict
-from embodied_rft.data.fingerprint import path_identity
-from embodied_rft.data.jsonl import write_json_atomic
-from embodied_rft.data.samples import read_samples
+from embodied_rft.core.vision import freeze_vision, is_vision_model
 from embodied_rft.filtering import BufferBatch, GroupBuffer
 from embodied_rft.reward import RewardConfig
-from embodied_rft.train.grpo.config import GRPOConfig
-from embodied_rft.train.grpo.heldout import evaluate_greedy, paired_gain
-from embodied_rft.train.grpo.log import RunTracker
-from embodied_rft.train.grpo.loss import group_advantages
-from embodied_rft.train.grpo.workers import ProcessRollout
-from embodied_rft.train.grpo.ray_workers import LocalRollout, RayRollout
-from embodied_rft.train.grpo.rollout import EncodedPrompt, PolicyIO, is_vision_model, make_sampler, sequence_logprobs
+from embodied_rft.schema import read_samples
 from embodied_rft.train.grpo.checkpoint import (
     EngineState,
-    fingerprint,
     load_checkpoint,
     load_weights,
     save_checkpoint,
-    save_pretrained_atomic,
     set_rng_state,
 )
-from embodied_rft.train.grpo.onpolicy import mix_prompts
+from embodied_rft.train.grpo.config import GRPOConfig
+from embodied_rft.train.grpo.heldout import evaluate_greedy
+from embodied_rft.train.grpo.log import RunTracker
+from embodied_rft.train.grpo.loss import group_advantages
+from embodied_rft.train.grpo.rollout import EncodedPrompt, PolicyIO, make_sampler, sequence_logprobs
 from embodied_rft.train.grpo.update import Group, shared_prompt_lm, update_step
 
 log = logging.getLogger(__name__)
-
-_VISION_PREFIXES = ("visual", "vision_tower", "vision_model", "multi_modal_projector", "model.visual", "model.vision_tower")
 
 
 @dataclass
@@ -93,26 +84,10 @@ def _read_samples(path: str | Path, what: str) -> list[dict]:
     return read_samples(path, what=what)
 
 
-def _subset(samples: list[dict], n: int, seed: int) -> list[dict]:
-    if not n or n >= len(samples):
-        return samples
-    idx = sorted(random.Random(seed).sample(range(len(samples)), n))
-    return [samples[i] for i in idx]
-
-
 def _device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-def _freeze_vision(model: Any) -> int:
-    n = 0
-    for name, p in model.named_parameters():
-        if name.startswith(_VISION_PREFIXES) or ".visual." in name or ".vision_tower." in name:
-            p.requires_grad_(False)
-            n += p.numel()
-    return n
 
 
 @contextmanager
@@ -153,7 +128,7 @@ class _RolloutStats:
 
 
 class GRPOEngine:
-    """The local engine's state and steps; :func:`run_grpo_local` drives it."""
+    """The local engine's state and steps; :func:`~embodied_rft.train.grpo.driver.run_grpo_local` drives it."""
 
     def __init__(
         self,
@@ -183,7 +158,7 @@ class GRPOEngine:
         self.io = PolicyIO(tok, cfg.max_prompt_tokens, image_root)
         self.io.add_model_eos(self.model)
         if self.vision and cfg.freeze_vision:
-            log.info("froze %d vision parameters", _freeze_vision(self.model))
+            log.info("froze %d vision parameters", freeze_vision(self.model))
         if cfg.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
             if hasattr(self.model.config, "use_cache"):
@@ -202,7 +177,9 @@ class GRPOEngine:
             self.optimizer,
             num_warmup_steps=math.ceil(cfg.warmup_ratio * self.planned_updates),
             num_training_steps=self.planned_updates,
-            scheduler_specific_kwargs={"min_lr_rate": cfg.min_lr_ratio} if cfg.lr_scheduler == "cosine_with_min_lr" else {},
+            scheduler_specific_kwargs={"min_lr_rate": cfg.min_lr_ratio}
+            if cfg.lr_scheduler == "cosine_with_min_lr"
+            else {},
         )
         self.train_samples = train_samples
         self._encoded: dict[int, EncodedPrompt] = {}
@@ -214,8 +191,11 @@ class GRPOEngine:
         self.sampler = make_sampler(self.model, cfg.sampler, cfg.sampler_max_rows)
         self.eval_sampler: Any = self.sampler  # the worker pool's, when rollouts run in processes
         self.shared_lm = shared_prompt_lm(self.model, cfg.update_forward)
-        log.info("sampler: %s; update forward: %s", "fast" if self.sampler else "hf (generate)",
-                 "shared_prompt" if self.shared_lm else "padded")
+        log.info(
+            "sampler: %s; update forward: %s",
+            "fast" if self.sampler else "hf (generate)",
+            "shared_prompt" if self.shared_lm else "padded",
+        )
 
     # ---------------------------------------------------------------- bookkeeping
     def _planned_updates(self, n_prompts: int) -> int:
@@ -236,7 +216,13 @@ class GRPOEngine:
         self.state = blob["state"]
         self.buffer = blob["buffer"]
         set_rng_state(blob["rng"])
-        log.info("resumed from %s at update %d (episode %d, prompt %d)", folder, self.state.updates, self.state.episode, self.state.cursor)
+        log.info(
+            "resumed from %s at update %d (episode %d, prompt %d)",
+            folder,
+            self.state.updates,
+            self.state.episode,
+            self.state.cursor,
+        )
         return True
 
     def checkpoint(self) -> None:
@@ -319,8 +305,14 @@ class GRPOEngine:
             with _timed(st, "logprob"):
                 rows = [(g.prompt, r) for g in accepted for r in g.responses]
                 mb = cfg.micro_batch_size
-                old = sequence_logprobs(self.model, rows, self.io, cfg.temperature, mb, self.device) if need_old else None
-                ref = sequence_logprobs(self.ref, rows, self.io, cfg.temperature, mb, self.device) if self.ref is not None else None
+                old = (
+                    sequence_logprobs(self.model, rows, self.io, cfg.temperature, mb, self.device) if need_old else None
+                )
+                ref = (
+                    sequence_logprobs(self.ref, rows, self.io, cfg.temperature, mb, self.device)
+                    if self.ref is not None
+                    else None
+                )
             G = cfg.group_size
             for j, g in enumerate(accepted):
                 if old is not None:
@@ -392,8 +384,18 @@ class GRPOEngine:
 
     def _update(self, groups: tuple[Group, ...], adv: torch.Tensor, mb: list[tuple[int, int]]) -> dict[str, float]:
         return update_step(
-            self.cfg, self.model, self.optimizer, self.scheduler, self.io, groups, adv, mb,
-            device=self.device, vision=self.vision, use_ref=self.ref is not None, shared=self.shared_lm,
+            self.cfg,
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            self.io,
+            groups,
+            adv,
+            mb,
+            device=self.device,
+            vision=self.vision,
+            use_ref=self.ref is not None,
+            shared=self.shared_lm,
         )
 
     # ---------------------------------------------------------------- evaluation
@@ -401,211 +403,15 @@ class GRPOEngine:
         cfg = self.cfg
         with _timed(self.state, "eval"):
             return evaluate_greedy(
-                self.model, self.io, self.val_prompts, self.reward,
+                self.model,
+                self.io,
+                self.val_prompts,
+                self.reward,
                 max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens,
-                batch_size=cfg.eval_batch_size, device=self.device, sampler=self.eval_sampler,
+                batch_size=cfg.eval_batch_size,
+                device=self.device,
+                sampler=self.eval_sampler,
             )
 
 
-def run_grpo_local(
-    cfg: GRPOConfig,
-    policy_dir: str | Path,
-    train_samples_path: str | Path,
-    val_samples_path: str | Path,
-    out_dir: str | Path,
-    metrics_path: str | Path,
-    plots_path: str | Path,
-    work_dir: str | Path,
-    *,
-    reward: RewardConfig | None = None,
-    hooks: Hooks | None = None,
-    states: tuple[list[dict], dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """Run GRPO with the local engine; returns the metrics written to ``metrics_path``.
-
-    ``reward`` is the ``reward:`` config section (default: the paper's reward). ``hooks['on_update']``,
-    if given, is called with an :class:`UpdateInfo` after every optimiser update (tests use it).
-    ``states`` (samples, summary), from :mod:`.onpolicy`, are mixed into the training prompts as
-    ``cfg.onpolicy.fraction`` says. Resumes from ``work_dir`` when a checkpoint of the same config and
-    inputs is there.
-    """
-    reward = reward or RewardConfig()
-    t_start = time.perf_counter()
-    threads = torch.get_num_threads()
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
-    try:
-        return _run(cfg, policy_dir, train_samples_path, val_samples_path, out_dir, metrics_path, plots_path, work_dir, reward, hooks,
-                    t_start, states)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _run(
-    cfg: GRPOConfig,
-    policy_dir: str | Path,
-    train_samples_path: str | Path,
-    val_samples_path: str | Path,
-    out_dir: str | Path,
-    metrics_path: str | Path,
-    plots_path: str | Path,
-    work_dir: str | Path,
-    reward: RewardConfig,
-    hooks: Hooks | None,
-    t_start: float,
-    states: tuple[list[dict], dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    train = _subset(_read_samples(train_samples_path, "train"), cfg.max_train_prompts, cfg.seed)
-    if states is not None:
-        train = mix_prompts(train, states[0], cfg.onpolicy.fraction, cfg.seed)
-    val = _subset(_read_samples(val_samples_path, "val"), cfg.eval_max_samples, cfg.seed) if cfg.eval_max_samples else []
-    fp = fingerprint(
-        {
-            "config": as_dict(cfg),
-            "reward": as_dict(reward),
-            "policy": path_identity(policy_dir),
-            "train": path_identity(train_samples_path),
-            "states": fingerprint([(s["sample_id"], s["label"]) for s in states[0]]) if states is not None else None,
-        }
-    )
-    eng = GRPOEngine(cfg, policy_dir, train, val, work_dir, reward, Path(train_samples_path).parent, fp, hooks)
-    resumed = eng.resume()
-    if cfg.rollout_processes > 0:  # the pool also decodes the held-out checks, so it starts first
-        eng.rollout = ProcessRollout(eng.model, eng.io.eos_ids, cfg.rollout_processes, max_rows=cfg.sampler_max_rows)
-        eng.eval_sampler = eng.rollout.as_sampler()
-    elif cfg.num_rollout_workers > 0:
-        eng.rollout = RayRollout(cfg.num_rollout_workers, eng.policy_dir, cfg.max_prompt_tokens, eng.model, cfg.ray_num_cpus,
-                                 cfg.sampler)
-    else:
-        eng.rollout = LocalRollout(eng.model, eng.io, eng.device, eng.sampler)
-    try:
-        return _loop(cfg, eng, resumed, work_dir, out_dir, metrics_path, plots_path, t_start, states, len(train))
-    finally:
-        eng.rollout.close()
-
-
-def _loop(
-    cfg: GRPOConfig,
-    eng: GRPOEngine,
-    resumed: bool,
-    work_dir: str | Path,
-    out_dir: str | Path,
-    metrics_path: str | Path,
-    plots_path: str | Path,
-    t_start: float,
-    states: tuple[list[dict], dict[str, Any]] | None,
-    n_train: int,
-) -> dict[str, Any]:
-    from tqdm import tqdm
-
-    st = eng.state
-    if cfg.eval_max_samples and st.eval_before is None:
-        st.eval_before = eng.evaluate()
-        log.info("held-out before GRPO: %s", _means(st.eval_before))
-    tracker = RunTracker(cfg.report_to, cfg.wandb_mode, cfg.wandb_project, Path(work_dir), as_dict(cfg), st.history, st.wandb_id)
-    st.wandb_id = tracker.run_id
-    pbar = tqdm(total=eng.planned_updates, initial=st.updates, desc="grpo", unit="update", dynamic_ncols=True)
-    stop_reason = "max_updates"
-    try:
-        stats = _RolloutStats()
-        while not (cfg.max_updates and st.updates >= cfg.max_updates):
-            if eng.buffer.should_stop:
-                stop_reason = "filter_stalled"
-                break
-            if not eng.rollout_step(stats):
-                stop_reason = "episodes_done"
-                last = eng.buffer.finish()
-                if last is not None:
-                    eng.train_on(last, stats.row(), tracker, pbar)
-                break
-            if not eng.buffer.ready():
-                continue
-            row = stats.row()  # the rollouts that filled this buffer (and any taken with it)
-            stats = _RolloutStats()
-            while eng.buffer.ready() and not (cfg.max_updates and st.updates >= cfg.max_updates):
-                eng.train_on(eng.buffer.take(), row, tracker, pbar)
-            eng.rollout.refresh(eng.model)
-            if cfg.save_every and st.updates - st.last_saved >= cfg.save_every:
-                eng.checkpoint()
-    finally:
-        pbar.close()
-    if st.updates == 0:
-        log.warning(
-            "GRPO made no update (%s): the filter kept %d of %d groups; the policy is saved unchanged",
-            stop_reason, eng.buffer.stats.accepted, eng.buffer.stats.seen,
-        )
-    eval_after = eng.evaluate() if cfg.eval_max_samples else None
-    if eval_after is not None:
-        log.info("held-out after GRPO: %s", _means(eval_after))
-    save_pretrained_atomic(eng.model, eng.tokenizer, out_dir)
-    if cfg.save_every:
-        eng.checkpoint()  # the finished state: a rerun with the same inputs resumes straight to the end
-    metrics = _metrics(cfg, eng, stop_reason, resumed, eval_after, time.perf_counter() - t_start)
-    if states is not None:
-        metrics["onpolicy"] = {**states[1], "prompts": n_train, "fraction": cfg.onpolicy.fraction}
-    write_json_atomic(metrics_path, metrics)
-    tracker.write_plots(plots_path)
-    tracker.summary({k: v for k, v in metrics["final"].items() if isinstance(v, (int, float))})
-    tracker.close()
-    return metrics
-
-
-def _means(ev: dict) -> dict:
-    """An ``evaluate_greedy`` result without its per-prompt rows (for logs and metrics)."""
-    return {k: v for k, v in ev.items() if k != "samples"}
-
-
-def _metrics(cfg: GRPOConfig, eng: GRPOEngine, stop_reason: str, resumed: bool, eval_after: dict | None, wall: float) -> dict:
-    st = eng.state
-    before = st.eval_before
-    heldout = None
-    if before and eval_after and before.get("n"):
-        heldout = {
-            "before": _means(before),
-            "after": _means(eval_after),
-            "reward_gain": round(eval_after["reward"] - before["reward"], 6),
-            "accuracy_full_gain": round(eval_after["accuracy_full"] - before["accuracy_full"], 6),
-            "json_valid_gain": round(eval_after["json_valid"] - before["json_valid"], 6),
-        }
-        # prompt by prompt, with a bootstrap interval and exact tests (a checkpoint from before the per-prompt
-        # rows existed has none: then only the difference of means above)
-        if "samples" in before and "samples" in eval_after:
-            heldout["paired"] = paired_gain(before["samples"], eval_after["samples"], seed=cfg.seed)
-    gen_s = st.seconds.get("generate", 0.0)
-    total_s = sum(st.seconds.values())
-    final = dict(st.history[-1]) if st.history else {}
-    return {
-        "backend": "local",
-        "stop_reason": stop_reason,
-        "resumed": resumed,
-        "updates": st.updates,
-        "buffers": st.buffers,
-        "episodes_done": st.episode,
-        "heldout": heldout,
-        "final": final,
-        "filter": eng.buffer.stats.as_dict(),
-        "counters": {
-            "prompts_sampled": st.prompts_sampled,
-            "responses_sampled": st.responses_sampled,
-            "response_tokens": st.response_tokens,
-            "prompts_truncated": st.prompts_truncated,
-            "groups_trained": st.groups_trained,
-            "zero_adv_groups_trained": st.zero_adv_groups_trained,
-        },
-        "time_s": {k: round(v, 3) for k, v in st.seconds.items()} | {"wall_this_process": round(wall, 3)},
-        # each phase's share of the engine's timed seconds (generate, reward, logprob, update, eval, checkpoint)
-        "time_share": {k: round(v / total_s, 4) for k, v in st.seconds.items()} if total_s else {},
-        "throughput": {
-            "responses_per_s": round(st.responses_sampled / total_s, 4) if total_s else 0.0,
-            "generated_tokens_per_s": round(st.response_tokens / gen_s, 2) if gen_s else 0.0,
-            # rows decoded per generated token: 1.0 = no finished row was decoded (fast sampler only)
-            "row_steps_per_token": round(st.row_steps / st.response_tokens, 4) if st.row_steps and st.response_tokens else None,
-        },
-        "sampler": "fast" if eng.sampler is not None else "hf",
-        "update_forward": "shared_prompt" if eng.shared_lm is not None else "padded",
-        "config": as_dict(cfg),
-        "history": st.history,
-    }
-
-
-__all__ = ["GRPOEngine", "Group", "UpdateInfo", "run_grpo_local"]
+__all__ = ["GRPOEngine", "Group", "UpdateInfo"]

@@ -1,11 +1,10 @@
 """Held-out check of the GRPO policy: greedy responses on val samples, scored with the training reward.
 
 Inputs: the policy being trained (or the SFT model it starts from), its :class:`PolicyIO`, encoded val
-prompts. Output: a dict of means — ``reward`` (max 1.5), ``accuracy_full`` (exact remaining plan),
-``accuracy`` (the prefix term, which CALIBRATION.md asks to report beside the reward because the format
-terms give ≈ 0.5 to any valid JSON), ``json_valid`` (a JSON object with all four EB keys), the format terms,
-mean response tokens and the share cut at the token cap, and ``samples``: each prompt's ``[reward,
-accuracy_full]`` in prompt order. Run before and after GRPO, it makes "GRPO raised held-out reward over the SFT
+prompts. Output: the shared held-out metrics (:mod:`embodied_rft.scoring`: ``reward_mean`` (max 1.5),
+``exact_plan_rate``, ``prefix_accuracy`` (reported beside the reward because the format terms give ≈ 0.5 to any
+valid JSON, docs/calibration.md §3.4), ``format_rate``, the reward terms, response tokens and the share cut at
+the token cap) and ``per_prompt``: each prompt's ``[reward, accuracy_full]`` in prompt order. Run before and after GRPO, it makes "GRPO raised held-out reward over the SFT
 model" (or not) visible in ``metrics/grpo.json``; :func:`paired_gain` compares the two runs prompt by prompt
 (the same prompts, greedy), so a gain comes with its own uncertainty instead of a bare difference of means.
 
@@ -22,6 +21,7 @@ from typing import Any
 
 from embodied_rft.evaluate.aggregate import mcnemar_exact, paired
 from embodied_rft.reward import RewardConfig
+from embodied_rft.scoring import score_response, summarise
 from embodied_rft.train.grpo.rollout import EncodedPrompt, PolicyIO, sample_groups
 
 log = logging.getLogger(__name__)
@@ -37,45 +37,44 @@ def evaluate_greedy(
     batch_size: int,
     device: Any,
     sampler: Any = None,
-) -> dict[str, float]:
-    """Greedy held-out metrics (see module docstring); an empty prompt list gives ``{"n": 0}``.
+) -> dict:
+    """Greedy held-out metrics (see module docstring); an empty prompt list gives ``{"samples": 0}``.
 
     ``sampler`` (``rollout.make_sampler``) decodes with the fast sampler, token-identical to ``generate``
     (None: ``generate``)."""
     if not prompts:
-        return {"n": 0}
-    sums = dict.fromkeys(("reward", "accuracy_full", "accuracy", "json_valid", "structure", "valid", "match"), 0.0)
-    tokens = truncated = 0
-    rows: list[list[float]] = []
+        return {"samples": 0}
+    rows: list[dict] = []
     eos = set(io.eos_ids)
     for s in range(0, len(prompts), batch_size):
         chunk = prompts[s : s + batch_size]
         outs = sample_groups(
-            model, io, chunk, 1, sampler=sampler, temperature=0.0, top_p=1.0, max_new_tokens=max_new_tokens, seed=0,
+            model,
+            io,
+            chunk,
+            1,
+            sampler=sampler,
+            temperature=0.0,
+            top_p=1.0,
+            max_new_tokens=max_new_tokens,
+            seed=0,
             device=device,
         ).responses
         for p, (resp,) in zip(chunk, outs):
-            rb = reward.score(io.decode(resp), p.label)
-            sums["reward"] += rb.total
-            sums["accuracy_full"] += rb.accuracy_full
-            sums["accuracy"] += rb.accuracy
-            sums["json_valid"] += 1.0 if rb.parsed and rb.structure > 0 else 0.0
-            sums["structure"] += rb.structure
-            sums["valid"] += rb.valid
-            sums["match"] += rb.match
-            rows.append([round(rb.total, 6), rb.accuracy_full])
-            tokens += len(resp)
-            truncated += 0 if resp and resp[-1] in eos else 1
-    n = len(prompts)
-    out = {"n": n, **{k: round(v / n, 6) for k, v in sums.items()}}
-    out["response_tokens"] = round(tokens / n, 2)
-    out["truncated"] = round(truncated / n, 6)
-    out["samples"] = rows
+            rows.append(
+                score_response(
+                    io.decode(resp), p.label, reward, tokens=len(resp), truncated=not (resp and resp[-1] in eos)
+                )
+            )
+    out = summarise(rows)
+    out["per_prompt"] = [[round(r["total"], 6), r["accuracy_full"]] for r in rows]
     return out
 
 
-def paired_gain(before: Sequence[Sequence[float]], after: Sequence[Sequence[float]], *, resamples: int = 2000, seed: int = 0) -> dict:
-    """Prompt-by-prompt comparison of two greedy runs on the same held-out prompts (``samples`` rows of
+def paired_gain(
+    before: Sequence[Sequence[float]], after: Sequence[Sequence[float]], *, resamples: int = 2000, seed: int = 0
+) -> dict:
+    """Prompt-by-prompt comparison of two greedy runs on the same held-out prompts (``per_prompt`` rows of
     :func:`evaluate_greedy`, same order).
 
     ``reward``: how many prompts scored higher / lower / the same after, the mean difference, its 95% paired
@@ -84,7 +83,9 @@ def paired_gain(before: Sequence[Sequence[float]], after: Sequence[Sequence[floa
     (:func:`embodied_rft.evaluate.aggregate.paired`, prompts for episodes: ``only_a`` solved exactly only before,
     ``only_b`` only after, the exact McNemar p-value). A gain whose interval includes 0 is not a gain this sample can show."""
     if len(before) != len(after):
-        raise ValueError(f"paired_gain: {len(before)} prompts before GRPO but {len(after)} after; they must be the same prompts")
+        raise ValueError(
+            f"paired_gain: {len(before)} prompts before GRPO but {len(after)} after; they must be the same prompts"
+        )
     if not before:
         raise ValueError("paired_gain: no held-out prompts to compare")
     d = [float(a[0]) - float(b[0]) for b, a in zip(before, after)]
@@ -104,7 +105,9 @@ def paired_gain(before: Sequence[Sequence[float]], after: Sequence[Sequence[floa
             "ci95": [round(lo, 6), round(hi, 6)],
             "p_sign": round(mcnemar_exact(down, up), 4),
         },
-        "accuracy_full": paired({str(i): bool(b[1]) for i, b in enumerate(before)}, {str(i): bool(a[1]) for i, a in enumerate(after)}),
+        "accuracy_full": paired(
+            {str(i): bool(b[1]) for i, b in enumerate(before)}, {str(i): bool(a[1]) for i, a in enumerate(after)}
+        ),
     }
 
 

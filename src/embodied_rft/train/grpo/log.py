@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from embodied_rft.data.jsonl import write_text_atomic
+from embodied_rft.core.atomic import write_text_atomic
 
 log = logging.getLogger(__name__)
 

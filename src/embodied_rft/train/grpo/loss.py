@@ -4,7 +4,7 @@ Inputs: per-token log-probabilities of the current policy, of the sampling ("old
 term is on, of the frozen reference; a response mask (1 on generated tokens, 0 on prompt and padding); one
 scalar advantage per sequence. Output: a scalar loss and a dict of diagnostics (clip fraction, KL, ...).
 
-What it computes (paper §3.2, FACTS §1.5; the same formulas as OpenRLHF 0.11.2's ``group_norm`` estimator,
+What it computes (paper §3.2, docs/facts.md §1.5; the same formulas as OpenRLHF 0.11.2's ``group_norm`` estimator,
 ``PolicyLoss`` and ``compute_approx_kl``, so the local and the cluster engine optimise one objective):
 
 * advantages A_i = (r_i − mean_g r) / (std_g r + eps) over each group of G responses; std is the unbiased
@@ -71,7 +71,9 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return ((-log_ratio).exp() - 1 + log_ratio).clamp(min=-_KL_CLAMP, max=_KL_CLAMP)
 
 
-def token_weights(mask: torch.Tensor, mode: LossAgg, n_tokens: float | None = None, n_seqs: float | None = None) -> torch.Tensor:
+def token_weights(
+    mask: torch.Tensor, mode: LossAgg, n_tokens: float | None = None, n_seqs: float | None = None
+) -> torch.Tensor:
     """Per-token weights w with Σ w·ℓ the aggregated loss of one optimiser step.
 
     ``mask`` [B, T] marks the response tokens of this micro-batch; ``n_tokens`` / ``n_seqs`` are the totals

@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from embodied_rft.config import check
+from embodied_rft.core.atomic import write_json_atomic, write_jsonl_atomic
 from embodied_rft.data.decompose import sample_record
-from embodied_rft.data.jsonl import iter_jsonl, write_json_atomic, write_jsonl_atomic
+from embodied_rft.data.jsonl import iter_jsonl
 from embodied_rft.data.prompt import PromptConfig
 from embodied_rft.progress import progress
 from embodied_rft.world.actions import N_GLOBAL
@@ -81,8 +82,20 @@ def state_sample(run: Any) -> dict | None:
     gold = [(run.space.get_id(name), name) for name in names]
     n = len(run.history)
     extras = [name for i, name in enumerate(run.space.names) if i >= N_GLOBAL]
-    sample = sample_record(run.episode, f"{run.episode['episode_id']}{STATE_SUFFIX}{run.planner_calls}", n, n + len(gold),
-                           run.sim, run.history, gold, extras, run.scene_types, run.prompt_cfg, None, "images")
+    sample = sample_record(
+        run.episode,
+        f"{run.episode['episode_id']}{STATE_SUFFIX}{run.planner_calls}",
+        n,
+        n + len(gold),
+        run.sim,
+        run.history,
+        gold,
+        extras,
+        run.scene_types,
+        run.prompt_cfg,
+        None,
+        "images",
+    )
     sample["failed_last"] = bool(run.executed) and not run.executed[-1][2]
     return sample
 
@@ -94,7 +107,9 @@ def collect_states(
     from embodied_rft.evaluate.episode import EpisodeRun
 
     if prompt_cfg.observation == "image":
-        raise ValueError("grpo.onpolicy: image observations are not supported yet (the states would need their frames saved)")
+        raise ValueError(
+            "grpo.onpolicy: image observations are not supported yet (the states would need their frames saved)"
+        )
     t0 = time.perf_counter()
     samples: list[dict] = []
     ends: dict[str, int] = {}
@@ -164,4 +179,12 @@ def load_or_collect(path: str | Path, key: str, collect: Any) -> tuple[list[dict
     return samples, summary
 
 
-__all__ = ["OnPolicyConfig", "STATE_SUFFIX", "choose_episodes", "collect_states", "load_or_collect", "mix_prompts", "state_sample"]
+__all__ = [
+    "OnPolicyConfig",
+    "STATE_SUFFIX",
+    "choose_episodes",
+    "collect_states",
+    "load_or_collect",
+    "mix_prompts",
+    "state_sample",
+]

@@ -39,7 +39,9 @@ class LocalRollout:
         self.model, self.io, self.device, self.sampler = model, io, device, sampler
 
     def sample(self, prompts: Sequence[EncodedPrompt], group_size: int, *, seed: int, **gen: Any) -> Rollout:
-        return sample_groups(self.model, self.io, prompts, group_size, sampler=self.sampler, seed=seed, device=self.device, **gen)
+        return sample_groups(
+            self.model, self.io, prompts, group_size, sampler=self.sampler, seed=seed, device=self.device, **gen
+        )
 
     def refresh(self, model: Any) -> None:  # same object and parameters: nothing to copy
         pass
@@ -76,8 +78,9 @@ class RolloutWorker:
         return version
 
     def sample(self, prompts: list[EncodedPrompt], group_size: int, seed: int, gen: dict) -> tuple[int, Rollout]:
-        return self.version, sample_groups(self.model, self.io, prompts, group_size, sampler=self.sampler, seed=seed,
-                                           device="cpu", **gen)
+        return self.version, sample_groups(
+            self.model, self.io, prompts, group_size, sampler=self.sampler, seed=seed, device="cpu", **gen
+        )
 
 
 class RayRollout:
@@ -100,7 +103,10 @@ class RayRollout:
 
     def refresh(self, model: Any) -> None:
         """Push the trainer's current weights to every actor (blocks until all have them)."""
-        state = {k: v.detach().to("cpu", torch.float32) if v.is_floating_point() else v.detach().cpu() for k, v in model.state_dict().items()}
+        state = {
+            k: v.detach().to("cpu", torch.float32) if v.is_floating_point() else v.detach().cpu()
+            for k, v in model.state_dict().items()
+        }
         ref = self._ray.put(state)
         self.version += 1
         self._ray.get([w.set_weights.remote(ref, self.version) for w in self.workers])
@@ -109,7 +115,9 @@ class RayRollout:
         n = len(self.workers)
         size = -(-len(prompts) // n)
         chunks = [list(prompts[i : i + size]) for i in range(0, len(prompts), size)]
-        futures = [w.sample.remote(c, group_size, seed * 1009 + j, gen) for j, (w, c) in enumerate(zip(self.workers, chunks))]
+        futures = [
+            w.sample.remote(c, group_size, seed * 1009 + j, gen) for j, (w, c) in enumerate(zip(self.workers, chunks))
+        ]
         parts: list[Rollout] = []
         for version, part in self._ray.get(futures):
             if version != self.version:  # cannot happen with the blocking refresh; guards the on-policy claim

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from embodied_rft.core.vision import is_vision_model
 from embodied_rft.generation.base import content_parts, text_only
 from embodied_rft.generation.decoder import decoder_for
 from embodied_rft.generation.sampler import FastSampler
@@ -41,10 +42,6 @@ log = logging.getLogger(__name__)
 def is_processor(obj: Any) -> bool:
     """A multimodal processor carries an image processor and wraps a tokenizer."""
     return hasattr(obj, "image_processor") and hasattr(obj, "tokenizer")
-
-
-def is_vision_model(model: Any) -> bool:
-    return getattr(model.config, "vision_config", None) is not None
 
 
 @dataclass
@@ -75,7 +72,9 @@ class PolicyIO:
         self.pad_id = int(tok.pad_token_id)
         self.eos_ids = self._eos_ids()
         if not self.eos_ids:
-            raise ValueError("the tokenizer names no end-of-sequence token (eos_token or <|im_end|>): rollouts would never stop")
+            raise ValueError(
+                "the tokenizer names no end-of-sequence token (eos_token or <|im_end|>): rollouts would never stop"
+            )
 
     def _eos_ids(self) -> list[int]:
         tok = self.tokenizer
@@ -127,7 +126,9 @@ class PolicyIO:
                     mm[k] = v
             if len(ids) > self.max_prompt_tokens:
                 # cutting would separate image tokens from their pixels (OpenRLHF refuses the same)
-                raise ValueError(f"{where}: VLM prompt of {len(ids)} tokens exceeds max_prompt_tokens={self.max_prompt_tokens}")
+                raise ValueError(
+                    f"{where}: VLM prompt of {len(ids)} tokens exceeds max_prompt_tokens={self.max_prompt_tokens}"
+                )
             return EncodedPrompt(index, ids, sample["label"], mm, False, token_mm or None)
         text = self.tokenizer.apply_chat_template(text_only(messages), add_generation_prompt=True, tokenize=False)
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -217,11 +218,27 @@ def sample_groups(
         raise ValueError("the fast sampler is for text models; prompts with pixel inputs need grpo.sampler=hf")
     if sampler is None:
         return Rollout(
-            sample_responses(model, io, prompts, group_size, temperature=temperature, top_p=top_p,
-                             max_new_tokens=max_new_tokens, seed=seed, device=device)
+            sample_responses(
+                model,
+                io,
+                prompts,
+                group_size,
+                temperature=temperature,
+                top_p=top_p,
+                max_new_tokens=max_new_tokens,
+                seed=seed,
+                device=device,
+            )
         )
-    out = sampler.sample([p.ids for p in prompts], group_size, max_new_tokens=max_new_tokens, temperature=temperature,
-                         top_p=top_p, eos_ids=io.eos_ids, seed=seed)
+    out = sampler.sample(
+        [p.ids for p in prompts],
+        group_size,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        eos_ids=io.eos_ids,
+        seed=seed,
+    )
     return Rollout(out.tokens, out.logprobs, out.row_steps)
 
 
@@ -371,7 +388,6 @@ __all__ = [
     "batch_logprobs",
     "build_batch",
     "is_processor",
-    "is_vision_model",
     "response_logits",
     "make_sampler",
     "sample_groups",

@@ -11,8 +11,9 @@ import subprocess
 from pathlib import Path
 
 from embodied_rft.config import ConfigError, as_dict, build
-from embodied_rft.data.fingerprint import path_identity
-from embodied_rft.data.jsonl import iter_jsonl, write_jsonl_atomic
+from embodied_rft.core.atomic import write_jsonl_atomic
+from embodied_rft.core.digest import path_identity
+from embodied_rft.data.jsonl import iter_jsonl
 from embodied_rft.data.prompt import PromptConfig
 from embodied_rft.evaluate.config import EpisodeLimits
 from embodied_rft.evaluate.policy import ModelPolicy
@@ -20,9 +21,9 @@ from embodied_rft.generation.base import make_generator
 from embodied_rft.generation.config import GenerationConfig
 from embodied_rft.generation.fast import checkpoint_supported
 from embodied_rft.reward import RewardConfig
-from embodied_rft.train.grpo.config import GRPOConfig
 from embodied_rft.train.grpo.checkpoint import fingerprint
-from embodied_rft.train.grpo.engine import run_grpo_local
+from embodied_rft.train.grpo.config import GRPOConfig
+from embodied_rft.train.grpo.driver import run_grpo_local
 from embodied_rft.train.grpo.onpolicy import choose_episodes, collect_states, load_or_collect, mix_prompts
 from embodied_rft.train.openrlhf.job import build_openrlhf_job, write_prompt_data
 
@@ -37,15 +38,28 @@ def run_grpo_stage(ctx) -> None:
     policy_dir = getattr(p, f"{gcfg.init}_model")
     states = _onpolicy_states(ctx, gcfg, policy_dir) if gcfg.onpolicy.episodes else None
     if gcfg.backend == "local":
-        run_grpo_local(gcfg, policy_dir, train, val, p.grpo_model, p.metrics("grpo"), p.plot("grpo.csv"),
-                       Path(p.work_dir) / "grpo", reward=reward, states=states)
+        run_grpo_local(
+            gcfg,
+            policy_dir,
+            train,
+            val,
+            p.grpo_model,
+            p.metrics("grpo"),
+            p.plot("grpo.csv"),
+            Path(p.work_dir) / "grpo",
+            reward=reward,
+            states=states,
+        )
         return
     if Path(gcfg.openrlhf.save_path).resolve() != Path(p.grpo_model).resolve():
-        raise ConfigError(f"grpo.openrlhf.save_path: must be the stage output {p.grpo_model} (a shared filesystem path)")
+        raise ConfigError(
+            f"grpo.openrlhf.save_path: must be the stage output {p.grpo_model} (a shared filesystem path)"
+        )
     prompts = openrlhf_prompts(train, states, gcfg, Path(p.work_dir) / "openrlhf")
     vision = any(rec.get("image") for _, rec in iter_jsonl(train))
-    _, submit = build_openrlhf_job(gcfg, policy_path=policy_dir, prompt_data=str(prompts),
-                                   reward_variant=reward.variant, vision=vision)
+    _, submit = build_openrlhf_job(
+        gcfg, policy_path=policy_dir, prompt_data=str(prompts), reward_variant=reward.variant, vision=vision
+    )
     subprocess.run(submit, check=True)
 
 
@@ -57,7 +71,9 @@ def openrlhf_prompts(train: Path, states: tuple[list[dict], dict] | None, gcfg: 
         write_prompt_data(train, prompts)
         return prompts
     mixed = out_dir / "samples.jsonl"
-    write_jsonl_atomic(mixed, mix_prompts([rec for _, rec in iter_jsonl(train)], states[0], gcfg.onpolicy.fraction, gcfg.seed))
+    write_jsonl_atomic(
+        mixed, mix_prompts([rec for _, rec in iter_jsonl(train)], states[0], gcfg.onpolicy.fraction, gcfg.seed)
+    )
     write_prompt_data(mixed, prompts, image_prefix=str(train.parent))
     return prompts
 
@@ -70,9 +86,15 @@ def _onpolicy_states(ctx, gcfg: GRPOConfig, policy_dir: str) -> tuple[list[dict]
     episodes_path = Path(p.episodes_dir) / "train.jsonl"
     limits = EpisodeLimits()
     max_new_tokens = oc.max_new_tokens or gcfg.max_new_tokens
-    key = fingerprint({"onpolicy": [oc.episodes, oc.batch_size, max_new_tokens, oc.seed], "prompt": as_dict(prompt_cfg),
-                       "limits": [limits.max_env_steps, limits.max_invalid_actions, limits.max_planner_calls],
-                       "policy": path_identity(policy_dir), "episodes": path_identity(episodes_path)})
+    key = fingerprint(
+        {
+            "onpolicy": [oc.episodes, oc.batch_size, max_new_tokens, oc.seed],
+            "prompt": as_dict(prompt_cfg),
+            "limits": [limits.max_env_steps, limits.max_invalid_actions, limits.max_planner_calls],
+            "policy": path_identity(policy_dir),
+            "episodes": path_identity(episodes_path),
+        }
+    )
 
     def collect() -> tuple[list[dict], dict]:
         if gcfg.num_threads:
@@ -81,13 +103,25 @@ def _onpolicy_states(ctx, gcfg: GRPOConfig, policy_dir: str) -> tuple[list[dict]
             torch.set_num_threads(gcfg.num_threads)
         # greedy: the fast backend's outputs are token-identical to hf's, so it is used wherever grpo.sampler allows
         fast = gcfg.sampler != "hf" and checkpoint_supported(policy_dir)
-        gen = make_generator(policy_dir, GenerationConfig(backend="fast" if fast else "hf", max_new_tokens=max_new_tokens,
-                                                          batch_size=oc.batch_size, temperature=0.0, seed=gcfg.seed))
+        gen = make_generator(
+            policy_dir,
+            GenerationConfig(
+                backend="fast" if fast else "hf",
+                max_new_tokens=max_new_tokens,
+                batch_size=oc.batch_size,
+                temperature=0.0,
+                seed=gcfg.seed,
+            ),
+        )
         try:
-            return collect_states(ModelPolicy(gen), choose_episodes(episodes_path, oc.episodes, oc.seed), prompt_cfg,
-                                  limits, oc.batch_size)
+            return collect_states(
+                ModelPolicy(gen),
+                choose_episodes(episodes_path, oc.episodes, oc.seed),
+                prompt_cfg,
+                limits,
+                oc.batch_size,
+            )
         finally:
             gen.close()
 
     return load_or_collect(Path(p.work_dir) / "grpo_states" / "states.jsonl", key, collect)
-

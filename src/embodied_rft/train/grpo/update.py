@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from embodied_rft.generation.decoder import DecoderLM, PromptStates, decoder_for
+from embodied_rft.generation.decoder import DecoderLM, decoder_for
+from embodied_rft.generation.kvcache import PromptStates
 from embodied_rft.train.grpo.config import GRPOConfig
 from embodied_rft.train.grpo.loss import grpo_loss, token_entropy, token_logprobs, token_weights
 from embodied_rft.train.grpo.rollout import EncodedPrompt, PolicyIO, batch_logprobs, build_batch
@@ -51,15 +52,26 @@ class _MicroBatch:
     mask: torch.Tensor  # [B, R] (long, 1 on response tokens)
 
 
-def _forward_padded(model: Any, io: PolicyIO, rows: Sequence[tuple[EncodedPrompt, Sequence[int]]], device: Any,
-                    vision: bool, temperature: float) -> _MicroBatch:
+def _forward_padded(
+    model: Any,
+    io: PolicyIO,
+    rows: Sequence[tuple[EncodedPrompt, Sequence[int]]],
+    device: Any,
+    vision: bool,
+    temperature: float,
+) -> _MicroBatch:
     batch = build_batch(rows, io, device, vision)
     logp, entropy = batch_logprobs(model, batch, temperature, with_entropy=True)
     return _MicroBatch(logp, entropy, batch.mask)
 
 
-def _forward_shared(lm: DecoderLM, states: PromptStates, slot: dict[int, int], rows: Sequence[tuple[EncodedPrompt, Sequence[int]]],
-                    temperature: float) -> _MicroBatch:
+def _forward_shared(
+    lm: DecoderLM,
+    states: PromptStates,
+    slot: dict[int, int],
+    rows: Sequence[tuple[EncodedPrompt, Sequence[int]]],
+    temperature: float,
+) -> _MicroBatch:
     logits, targets, valid = lm.response_logits(states, [list(r) for _, r in rows], [slot[id(p)] for p, _ in rows])
     logp = token_logprobs(logits, targets, temperature)
     with torch.no_grad():

@@ -79,8 +79,9 @@ class _AsSampler:
 class ProcessRollout:
     """Sample in ``n_procs`` single-thread processes sharing the trainer's parameters (see the module docstring)."""
 
-    def __init__(self, model: Any, eos_ids: Sequence[int], n_procs: int, compact_at: float = 0.75,
-                 max_rows: int | None = None) -> None:
+    def __init__(
+        self, model: Any, eos_ids: Sequence[int], n_procs: int, compact_at: float = 0.75, max_rows: int | None = None
+    ) -> None:
         from embodied_rft.generation.decoder import unsupported_reason
 
         why = unsupported_reason(model)
@@ -115,8 +116,17 @@ class ProcessRollout:
             raise RuntimeError(f"rollout worker failed:\n{payload}")
         return payload
 
-    def sample_ids(self, prompts: Sequence[Sequence[int]], n: int, *, max_new_tokens: int, temperature: float,
-                   top_p: float = 1.0, eos_ids: Sequence[int] | None = None, seed: int = 0) -> Samples:
+    def sample_ids(
+        self,
+        prompts: Sequence[Sequence[int]],
+        n: int,
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+        eos_ids: Sequence[int] | None = None,
+        seed: int = 0,
+    ) -> Samples:
         """:meth:`FastSampler.sample`'s contract, the prompts split over the workers (chunk j seeded seed·1009 + j)."""
         k = len(self.conns)
         size = -(-len(prompts) // k)
@@ -124,7 +134,9 @@ class ProcessRollout:
         used = self.conns[: len(chunks)]
         eos = list(self.eos_ids if eos_ids is None else eos_ids)
         for j, (conn, chunk) in enumerate(zip(used, chunks)):
-            kw = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, eos_ids=eos, seed=seed * 1009 + j)
+            kw = dict(
+                max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, eos_ids=eos, seed=seed * 1009 + j
+            )
             conn.send(([list(p) for p in chunk], n, kw))
         out = Samples([], [])
         for conn in used:
@@ -138,10 +150,24 @@ class ProcessRollout:
         """This pool behind the fast sampler's interface (for ``heldout.evaluate_greedy``)."""
         return _AsSampler(self)
 
-    def sample(self, prompts: Sequence[EncodedPrompt], group_size: int, *, seed: int, temperature: float, top_p: float,
-               max_new_tokens: int) -> Rollout:
-        out = self.sample_ids([p.ids for p in prompts], group_size, max_new_tokens=max_new_tokens, temperature=temperature,
-                              top_p=top_p, seed=seed)
+    def sample(
+        self,
+        prompts: Sequence[EncodedPrompt],
+        group_size: int,
+        *,
+        seed: int,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+    ) -> Rollout:
+        out = self.sample_ids(
+            [p.ids for p in prompts],
+            group_size,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+        )
         return Rollout(out.tokens, out.logprobs, out.row_steps)
 
     def refresh(self, model: Any) -> None:  # the workers read the trainer's own (shared) parameters

@@ -3,7 +3,7 @@
 Inputs: a :class:`GRPOConfig` (the same section the local engine reads), the policy path as the cluster
 sees it, decomposed train samples. Outputs: OpenRLHF's prompt data (JSONL: ``prompt`` chat messages,
 ``label``, ``images`` = [path] for a VLM), the ``python3 -m openrlhf.cli.train_ppo_ray`` argv (dotted flags,
-FACTS §5) and the ``ray job submit`` argv with its runtime env (working dir, non-secret env vars). Nothing
+docs/facts.md §5.1) and the ``ray job submit`` argv with its runtime env (working dir, non-secret env vars). Nothing
 here imports OpenRLHF: the argv is checked against the installed OpenRLHF parser by the contract tests.
 
 The mapping (paper §3.2-3.3 → OpenRLHF):
@@ -23,7 +23,7 @@ The mapping (paper §3.2-3.3 → OpenRLHF):
 Not expressible in OpenRLHF (the local engine's extras): ``filter.drop_zero_variance`` (OpenRLHF trains
 on equal-reward groups, which carry zero advantage), ``filter.on_stall``/``max_consecutive_rejects``
 (OpenRLHF keeps replacing prompts until the data runs out). Its logged filter pass rate is G× too high
-(an upstream bug, FACTS §5).
+(an upstream bug, docs/facts.md §5.4).
 
 CLI: ``python -m embodied_rft.train.openrlhf.job --dry-run`` prints the submit command for
 ``conf/grpo/openrlhf.yaml``; without ``--dry-run`` it writes the prompt data and runs ``ray job submit``.
@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from embodied_rft.config import ConfigError, build, check
-from embodied_rft.data.jsonl import DataError, iter_jsonl, write_jsonl_atomic
+from embodied_rft.core.atomic import write_jsonl_atomic
+from embodied_rft.data.jsonl import DataError, iter_jsonl
 from embodied_rft.train.grpo.config import GRPOConfig
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,18 @@ log = logging.getLogger(__name__)
 # The reward file, relative to the job's working_dir (the repository root uploaded by `ray job submit`).
 REWARD_FILE = "src/embodied_rft/train/openrlhf/reward.py"
 # Uploading these would be slow or useless: environments, caches, local models and DVC's cache.
-DEFAULT_EXCLUDES = (".git", ".venv", ".venv-*", ".dvc/cache", ".dvc/tmp", ".cache", "models", "multirun", "outputs", "wandb")
+DEFAULT_EXCLUDES = (
+    ".git",
+    ".venv",
+    ".venv-*",
+    ".dvc/cache",
+    ".dvc/tmp",
+    ".cache",
+    "models",
+    "multirun",
+    "outputs",
+    "wandb",
+)
 
 
 def filter_flags(cfg: GRPOConfig) -> list[str]:
@@ -58,7 +70,9 @@ def filter_flags(cfg: GRPOConfig) -> list[str]:
     f = cfg.filter
     if not f.enabled:
         if f.drop_zero_variance:
-            log.warning("grpo.filter.drop_zero_variance has no OpenRLHF equivalent; equal-reward groups will be trained on")
+            log.warning(
+                "grpo.filter.drop_zero_variance has no OpenRLHF equivalent; equal-reward groups will be trained on"
+            )
         return []
     lo, hi = f.openrlhf_range(cfg.group_size)
     return ["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", repr(lo), repr(hi)]
@@ -100,55 +114,97 @@ def openrlhf_args(
     agg = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}[cfg.loss_agg]
     a: list[str] = [
         # models and placement
-        "--actor.model_name_or_path", policy_path,
-        "--actor.num_nodes", str(o.num_nodes),
-        "--actor.num_gpus_per_node", str(o.gpus_per_node),
-        "--vllm.num_engines", str(o.vllm_num_engines),
-        "--vllm.tensor_parallel_size", str(o.vllm_tensor_parallel_size),
-        "--vllm.gpu_memory_utilization", repr(o.vllm_gpu_memory_utilization),
+        "--actor.model_name_or_path",
+        policy_path,
+        "--actor.num_nodes",
+        str(o.num_nodes),
+        "--actor.num_gpus_per_node",
+        str(o.gpus_per_node),
+        "--vllm.num_engines",
+        str(o.vllm_num_engines),
+        "--vllm.tensor_parallel_size",
+        str(o.vllm_tensor_parallel_size),
+        "--vllm.gpu_memory_utilization",
+        repr(o.vllm_gpu_memory_utilization),
         # GRPO
-        "--algo.advantage.estimator", "group_norm",
-        "--rollout.n_samples_per_prompt", str(cfg.group_size),
-        "--rollout.batch_size", str(cfg.filter.buffer_size),
-        "--rollout.micro_batch_size", str(o.micro_rollout_batch_size),
-        "--rollout.temperature", repr(cfg.temperature),
-        "--rollout.top_p", repr(cfg.top_p),
-        "--rollout.max_new_tokens", str(cfg.max_new_tokens),
-        "--data.max_len", str(cfg.max_prompt_tokens + cfg.max_new_tokens),
-        "--train.batch_size", str(cfg.update_batch),
-        "--train.micro_batch_size", str(o.micro_train_batch_size),
-        "--train.max_epochs", str(epochs),
-        "--train.num_episodes", str(cfg.num_episodes),
-        "--train.seed", str(cfg.seed),
-        "--actor.eps_clip", repr(cfg.eps_clip),
-        "--actor.loss_agg_mode", agg,
-        "--algo.kl.init_coef", repr(cfg.kl_coef),
+        "--algo.advantage.estimator",
+        "group_norm",
+        "--rollout.n_samples_per_prompt",
+        str(cfg.group_size),
+        "--rollout.batch_size",
+        str(cfg.filter.buffer_size),
+        "--rollout.micro_batch_size",
+        str(o.micro_rollout_batch_size),
+        "--rollout.temperature",
+        repr(cfg.temperature),
+        "--rollout.top_p",
+        repr(cfg.top_p),
+        "--rollout.max_new_tokens",
+        str(cfg.max_new_tokens),
+        "--data.max_len",
+        str(cfg.max_prompt_tokens + cfg.max_new_tokens),
+        "--train.batch_size",
+        str(cfg.update_batch),
+        "--train.micro_batch_size",
+        str(o.micro_train_batch_size),
+        "--train.max_epochs",
+        str(epochs),
+        "--train.num_episodes",
+        str(cfg.num_episodes),
+        "--train.seed",
+        str(cfg.seed),
+        "--actor.eps_clip",
+        repr(cfg.eps_clip),
+        "--actor.loss_agg_mode",
+        agg,
+        "--algo.kl.init_coef",
+        repr(cfg.kl_coef),
         # optimiser
-        "--actor.adam.lr", repr(cfg.lr),
-        "--actor.adam.betas", repr(cfg.adam_betas[0]), repr(cfg.adam_betas[1]),
-        "--actor.adam.weight_decay", repr(cfg.weight_decay),
-        "--actor.lr_scheduler", cfg.lr_scheduler,
-        "--actor.lr_warmup_ratio", repr(cfg.warmup_ratio),
-        "--actor.min_lr_ratio", repr(cfg.min_lr_ratio),
-        "--actor.max_norm", repr(cfg.max_grad_norm),
+        "--actor.adam.lr",
+        repr(cfg.lr),
+        "--actor.adam.betas",
+        repr(cfg.adam_betas[0]),
+        repr(cfg.adam_betas[1]),
+        "--actor.adam.weight_decay",
+        repr(cfg.weight_decay),
+        "--actor.lr_scheduler",
+        cfg.lr_scheduler,
+        "--actor.lr_warmup_ratio",
+        repr(cfg.warmup_ratio),
+        "--actor.min_lr_ratio",
+        repr(cfg.min_lr_ratio),
+        "--actor.max_norm",
+        repr(cfg.max_grad_norm),
         # reward and data
-        "--reward.remote_url", reward_file,
-        "--data.prompt_dataset", prompt_data,
-        "--data.input_key", "prompt",
-        "--data.label_key", "label",
-        "--data.image_key", "images",
+        "--reward.remote_url",
+        reward_file,
+        "--data.prompt_dataset",
+        prompt_data,
+        "--data.input_key",
+        "prompt",
+        "--data.label_key",
+        "label",
+        "--data.image_key",
+        "images",
         "--data.apply_chat_template",
         # DeepSpeed
-        "--ds.zero_stage", str(o.zero_stage),
-        "--ds.param_dtype", o.param_dtype,
-        "--ds.attn_implementation", o.attn_implementation,
+        "--ds.zero_stage",
+        str(o.zero_stage),
+        "--ds.param_dtype",
+        o.param_dtype,
+        "--ds.attn_implementation",
+        o.attn_implementation,
         # checkpoints and logging
-        "--ckpt.path", o.ckpt_path,
-        "--ckpt.output_dir", o.save_path,
-        "--ckpt.save_steps", str(o.save_steps),
+        "--ckpt.path",
+        o.ckpt_path,
+        "--ckpt.output_dir",
+        o.save_path,
+        "--ckpt.save_steps",
+        str(o.save_steps),
         "--ckpt.save_hf",
         "--ckpt.load_enable",
-        "--logger.logging_steps", "1",
+        "--logger.logging_steps",
+        "1",
     ]
     if cfg.kl_coef > 0:
         a += ["--algo.kl.use_loss", "--algo.kl.estimator", "k3"]
@@ -165,8 +221,16 @@ def openrlhf_args(
     if limit:
         a += ["--data.max_samples", str(limit)]
     if eval_data:
-        a += ["--eval.dataset", eval_data, "--eval.steps", str(max(1, o.save_steps)),
-              "--eval.n_samples_per_prompt", "1", "--eval.temperature", "0.0"]
+        a += [
+            "--eval.dataset",
+            eval_data,
+            "--eval.steps",
+            str(max(1, o.save_steps)),
+            "--eval.n_samples_per_prompt",
+            "1",
+            "--eval.temperature",
+            "0.0",
+        ]
     if o.wandb_project:
         # OpenRLHF turns its W&B logger on when this flag is set; the key itself is read from WANDB_API_KEY on
         # the cluster (wandb.login is skipped when the environment already has one), never from the argv.
@@ -174,7 +238,9 @@ def openrlhf_args(
     return a
 
 
-def runtime_env(cfg: GRPOConfig, reward_variant: str, working_dir: str = ".", excludes: Sequence[str] = DEFAULT_EXCLUDES) -> dict:
+def runtime_env(
+    cfg: GRPOConfig, reward_variant: str, working_dir: str = ".", excludes: Sequence[str] = DEFAULT_EXCLUDES
+) -> dict:
     """The job's Ray runtime env: the uploaded repository and non-secret env vars."""
     env = dict(cfg.openrlhf.env)
     env["EMBODIED_RFT_REWARD_VARIANT"] = reward_variant
@@ -195,19 +261,30 @@ def build_openrlhf_job(
     """(the trainer argv, the ``ray job submit`` argv that runs it on ``cfg.openrlhf.ray_address``)."""
     check(cfg.backend == "openrlhf", "grpo.backend", f"is {cfg.backend!r}; the OpenRLHF job needs grpo=openrlhf")
     train = ["python3", "-m", "openrlhf.cli.train_ppo_ray"] + openrlhf_args(
-        cfg, policy_path=policy_path, prompt_data=prompt_data, vision=vision, reward_file=reward_file, eval_data=eval_data
+        cfg,
+        policy_path=policy_path,
+        prompt_data=prompt_data,
+        vision=vision,
+        reward_file=reward_file,
+        eval_data=eval_data,
     )
     submit = [
-        "ray", "job", "submit",
-        "--address", cfg.openrlhf.ray_address,
-        "--runtime-env-json", json.dumps(runtime_env(cfg, reward_variant, working_dir), sort_keys=True),
+        "ray",
+        "job",
+        "submit",
+        "--address",
+        cfg.openrlhf.ray_address,
+        "--runtime-env-json",
+        json.dumps(runtime_env(cfg, reward_variant, working_dir), sort_keys=True),
         "--",
         *train,
     ]
     return train, submit
 
 
-def write_prompt_data(samples_path: str | Path, out_path: str | Path, image_prefix: str | None = None) -> tuple[int, bool]:
+def write_prompt_data(
+    samples_path: str | Path, out_path: str | Path, image_prefix: str | None = None
+) -> tuple[int, bool]:
     """Decomposed samples → OpenRLHF prompt JSONL (``prompt``, ``label``, ``images`` for image samples).
 
     Image paths are written as ``image_prefix/<sample image>`` (default: the samples file's folder as
@@ -232,25 +309,21 @@ def write_prompt_data(samples_path: str | Path, out_path: str | Path, image_pref
     return len(records), any_image
 
 
-def _load_yaml(path: Path) -> dict:
-    import yaml
+def compose_job_config(overrides: Sequence[str], config_dir: str | Path = "conf") -> dict:
+    """The pipeline's config as the ``grpo`` stage would see it under ``grpo=openrlhf``: ``conf/`` composed by
+    Hydra (the same composition as ``make params`` / ``dvc exp run -S``) with ``grpo=openrlhf`` first and then
+    ``overrides``, so ``make grpo-cluster`` and the stage cannot launch different jobs."""
+    from embodied_rft.params import compose
 
-    with path.open(encoding="utf-8") as fh:
-        return yaml.safe_load(fh) or {}
-
-
-def _grpo_section(path: Path, seed: int) -> dict:
-    """A conf/grpo/*.yaml file as a plain mapping, its ``${seed}`` resolved against the pipeline's seed."""
-    from omegaconf import OmegaConf
-
-    root = OmegaConf.create({"seed": seed, "grpo": OmegaConf.load(path)})
-    return OmegaConf.to_container(root, resolve=True)["grpo"]  # type: ignore[index]
+    return compose(config_dir, ["grpo=openrlhf", *overrides])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m embodied_rft.train.openrlhf.job", description=__doc__.split("\n\n")[0])
-    p.add_argument("--grpo-yaml", default="conf/grpo/openrlhf.yaml", help="the grpo section (a conf/grpo/*.yaml file)")
-    p.add_argument("--params", default="params.yaml", help="read seed and reward.variant from here when it exists")
+    p.add_argument(
+        "overrides", nargs="*", help="Hydra overrides of conf/ (e.g. grpo.group_size=16 experiment=paper_qwen25vl_7b)"
+    )
+    p.add_argument("--config-dir", default="conf", help="the Hydra config folder")
     p.add_argument("--policy", default="models/sft", help="policy path as the cluster sees it")
     p.add_argument("--train-samples", default="data/decomposed/train.jsonl")
     p.add_argument("--prompt-data", default="data/openrlhf/train.jsonl", help="where the OpenRLHF prompt JSONL goes")
@@ -259,9 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        params = _load_yaml(Path(args.params)) if Path(args.params).exists() else {}
-        variant = (params.get("reward") or {}).get("variant", "paper")
-        cfg = build(GRPOConfig, _grpo_section(Path(args.grpo_yaml), int(params.get("seed", 0))), "grpo")
+        composed = compose_job_config(args.overrides, args.config_dir)
+        variant = (composed.get("reward") or {}).get("variant", "paper")
+        cfg = build(GRPOConfig, composed["grpo"], "grpo")
         vision = False
         if Path(args.train_samples).exists():
             if args.dry_run:
@@ -272,17 +345,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif not args.dry_run:
             raise DataError(f"{args.train_samples}: not found (run `dvc repro decompose` first)")
         _, submit = build_openrlhf_job(
-            cfg, policy_path=args.policy, prompt_data=args.prompt_data, reward_variant=variant,
-            vision=vision, working_dir=args.working_dir,
+            cfg,
+            policy_path=args.policy,
+            prompt_data=args.prompt_data,
+            reward_variant=variant,
+            vision=vision,
+            working_dir=args.working_dir,
         )
     except (ConfigError, DataError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # Hydra / OmegaConf composition errors (an unknown key, a bad override)
+        if type(exc).__module__.split(".")[0] not in ("hydra", "omegaconf"):
+            raise
+        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
     first = Path(args.policy).parts[0] if not Path(args.policy).is_absolute() and Path(args.policy).parts else ""
     if first and any(Path(first).match(x) for x in DEFAULT_EXCLUDES) and Path(args.policy).exists():
         log.warning(
             "--policy %s is a local folder the job does not upload (%s/ is excluded: models are too big for Ray's "
-            "working_dir); pass a path on the cluster's shared filesystem or a hub id", args.policy, first,
+            "working_dir); pass a path on the cluster's shared filesystem or a hub id",
+            args.policy,
+            first,
         )
     if args.dry_run:
         print(shlex.join(submit))
@@ -294,4 +378,12 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["REWARD_FILE", "build_openrlhf_job", "check_batches", "filter_flags", "openrlhf_args", "runtime_env", "write_prompt_data"]
+__all__ = [
+    "REWARD_FILE",
+    "build_openrlhf_job",
+    "check_batches",
+    "filter_flags",
+    "openrlhf_args",
+    "runtime_env",
+    "write_prompt_data",
+]

@@ -1,7 +1,7 @@
 """OpenRLHF reward file (``--reward.remote_url <this file>``): the project's reward inside OpenRLHF 0.11.2.
 
 OpenRLHF loads this file by path (``importlib`` in ``openrlhf.utils.agent.SingleTurnAgentExecutor``) and
-calls ``reward_func(queries, prompts, labels)`` once per sample with lists of length 1 (FACTS §5):
+calls ``reward_func(queries, prompts, labels)`` once per sample with lists of length 1 (docs/facts.md §5.2):
 ``queries`` = the decoded prompt+response token ids (special tokens kept; for a VLM the image placeholder
 is expanded into many image tokens), ``prompts`` = the chat-templated prompt, ``labels`` = the sample's
 ``label`` (the decomposed sample's JSON string). It returns

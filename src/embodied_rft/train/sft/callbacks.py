@@ -2,7 +2,7 @@
 
 :class:`Throughput` records wall time and non-padding input tokens from the start of this session's
 training loop (after a resume, the steps done before the kill are not counted again). :class:`ValCheck`
-runs :func:`json_format_rate` every ``every_steps`` optimiser steps on the live model and logs the rates
+runs :func:`format_metrics` every ``every_steps`` optimiser steps on the live model and logs the rates
 (they appear in W&B / TensorBoard next to the loss, and in ``trainer.state.log_history``).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from embodied_rft.train.sft.heldout import ValPrompt, json_format_rate
+from embodied_rft.train.sft.heldout import ValPrompt, format_metrics
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,9 @@ class Throughput(TrainerCallback):
 class ValCheck(TrainerCallback):
     """The held-out JSON-format check every ``every_steps`` optimiser steps (main process only)."""
 
-    def __init__(self, processing_class: Any, prompts: list[ValPrompt], every_steps: int, max_new_tokens: int, batch_size: int) -> None:
+    def __init__(
+        self, processing_class: Any, prompts: list[ValPrompt], every_steps: int, max_new_tokens: int, batch_size: int
+    ) -> None:
         self.tok = processing_class
         self.prompts = prompts
         self.every = every_steps
@@ -63,6 +65,19 @@ class ValCheck(TrainerCallback):
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if not self.every or state.global_step % self.every or not state.is_world_process_zero or model is None:
             return
-        res = json_format_rate(model, self.tok, self.prompts, max_new_tokens=self.max_new_tokens, batch_size=self.batch_size)
-        state.log_history.append({"step": state.global_step, "val_json_rate": res["json_rate"], "val_eb_keys_rate": res["eb_keys_rate"]})
-        log.info("step %d held-out check: json %.2f, EB keys %.2f", state.global_step, res["json_rate"], res["eb_keys_rate"])
+        res = format_metrics(
+            model, self.tok, self.prompts, max_new_tokens=self.max_new_tokens, batch_size=self.batch_size
+        )
+        state.log_history.append(
+            {
+                "step": state.global_step,
+                "val_json_valid_rate": res["json_valid_rate"],
+                "val_format_rate": res["format_rate"],
+            }
+        )
+        log.info(
+            "step %d held-out check: json %.2f, EB keys %.2f",
+            state.global_step,
+            res["json_valid_rate"],
+            res["format_rate"],
+        )

@@ -4,7 +4,7 @@ Input: the ``sft`` mapping of the composed config, read with ``config.build(SFTC
 Output: a frozen, self-checking :class:`SFTConfig`.
 
 Defaults are the paper's settings where its released code states them (RR code, LLaMA-Factory
-``examples/train_full/qwen2vl_full_sft.yaml``; FACTS §1.2): lr 1e-5, 3 epochs, cosine schedule, warmup 0.1,
+``examples/train_full/qwen2vl_full_sft.yaml``; docs/facts.md §1.2): lr 1e-5, 3 epochs, cosine schedule, warmup 0.1,
 cutoff 2048 tokens, per-device batch 1 with 2 accumulation steps (on 4 GPUs: 8 sequences per update), bf16,
 DeepSpeed ZeRO-3, vision tower and projector frozen, full fine-tuning, checkpoints every 500 steps. The tiny
 CPU run overrides lr, batch and length in ``conf/experiment/tiny.yaml``.
@@ -51,7 +51,7 @@ class ValSettings:
     # Held-out prompts to answer (first N records of the val file; 0 = skip the check). Each costs a
     # greedy generation of up to max_new_tokens, so keep it small on a CPU.
     max_samples: int = 32
-    # New-token cap per answer (a random-init model never stops: CALIBRATION.md).
+    # New-token cap per answer (a random-init model never stops: docs/calibration.md §3.5).
     max_new_tokens: int = 256
     # Prompts per generation batch.
     batch_size: int = 8
@@ -132,7 +132,11 @@ class SFTConfig:
     def __post_init__(self) -> None:
         check(self.lr > 0, "sft.lr", f"must be > 0, got {self.lr}")
         check(self.epochs > 0, "sft.epochs", f"must be > 0, got {self.epochs}")
-        check(self.max_steps is None or self.max_steps >= 1, "sft.max_steps", f"must be >= 1 or null (use epochs), got {self.max_steps}")
+        check(
+            self.max_steps is None or self.max_steps >= 1,
+            "sft.max_steps",
+            f"must be >= 1 or null (use epochs), got {self.max_steps}",
+        )
         check(self.batch_size >= 1, "sft.batch_size", f"must be >= 1, got {self.batch_size}")
         check(self.grad_accum >= 1, "sft.grad_accum", f"must be >= 1, got {self.grad_accum}")
         check(0.0 <= self.warmup_ratio < 1.0, "sft.warmup_ratio", f"must be in [0, 1), got {self.warmup_ratio}")
@@ -140,7 +144,11 @@ class SFTConfig:
         check(self.max_grad_norm > 0, "sft.max_grad_norm", f"must be > 0, got {self.max_grad_norm}")
         check(self.max_len >= 16, "sft.max_len", f"must be >= 16 tokens, got {self.max_len}")
         check(self.save_steps >= 1, "sft.save_steps", f"must be >= 1, got {self.save_steps}")
-        check(self.save_total_limit >= 1, "sft.save_total_limit", f"must be >= 1 (resume needs one), got {self.save_total_limit}")
+        check(
+            self.save_total_limit >= 1,
+            "sft.save_total_limit",
+            f"must be >= 1 (resume needs one), got {self.save_total_limit}",
+        )
         check(self.logging_steps >= 1, "sft.logging_steps", f"must be >= 1, got {self.logging_steps}")
         bad = [r for r in self.report_to if r not in ("none", "wandb", "tensorboard")]
         check(not bad, "sft.report_to", f"each entry must be none, wandb or tensorboard; got {bad}")

@@ -61,7 +61,9 @@ def _parse(rec: dict, where: str, root: Path) -> SFTRecord:
         content = require(m, "content", str, w)
         out.append({"role": role, "content": content})
     if out[-1]["role"] != "assistant":
-        raise DataError(f"{where}: the last message must be the assistant's answer (role 'assistant'), got {out[-1]['role']!r}")
+        raise DataError(
+            f"{where}: the last message must be the assistant's answer (role 'assistant'), got {out[-1]['role']!r}"
+        )
     if not any(m["role"] == "user" for m in out):
         raise DataError(f"{where}: 'messages' has no user turn")
     images: list[Path] = []
@@ -119,7 +121,8 @@ def to_train_dataset(records: list[SFTRecord], vision: bool) -> tuple[Any, int]:
     if dropped:
         log.warning(
             "the model has no vision tower: training on the text of %d image records (%d images dropped)",
-            sum(1 for r in records if r.images), dropped,
+            sum(1 for r in records if r.images),
+            dropped,
         )
     return Dataset.from_list(rows, features=Features({"messages": List(message)})), dropped
 

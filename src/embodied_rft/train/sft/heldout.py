@@ -3,9 +3,10 @@
 Inputs: a model and its tokenizer/processor, and held-out prompts from a JSONL file in either shape the
 pipeline writes: SFT chat records (``{"messages": [..., assistant], "images": [...]}``; the final assistant
 turn is dropped) or decomposed samples (``{"prompt": [system, user], "image": "images/x.png" | null}``).
-Output: ``{"samples", "json_rate", "eb_keys_rate", "mean_completion_tokens", "stopped_rate"}``:
-the fraction of greedy answers that parse as a JSON object (with the project's one tolerant parser,
-:func:`embodied_rft.data.response.parse_response`) and the fraction whose object carries all four EB keys.
+Output: the format part of the shared held-out metrics (:mod:`embodied_rft.scoring`): ``samples``,
+``json_valid_rate`` (greedy answers that parse as a JSON object, with the project's one tolerant parser),
+``format_rate`` (the object carries all four EB keys), ``avg_response_tokens``, ``truncated_rate``, and an
+``example`` answer.
 
 This is a cheap progress signal for SFT, not the paper's metric (success rate in the simulator, measured
 by the evaluate stage).
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied_rft.data.jsonl import DataError, iter_jsonl, require
-from embodied_rft.data.response import RESPONSE_KEYS, parse_response
+from embodied_rft.scoring import score_response, summarise
 from embodied_rft.train.sft.data import open_image
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ def read_val_prompts(path: str | Path, limit: int) -> list[ValPrompt]:
     return out
 
 
-def json_format_rate(model: Any, tok: Any, prompts: list[ValPrompt], *, max_new_tokens: int, batch_size: int) -> dict:
+def format_metrics(model: Any, tok: Any, prompts: list[ValPrompt], *, max_new_tokens: int, batch_size: int) -> dict:
     """Greedy answers to ``prompts`` and how many are EB responses (see the module docstring)."""
     from embodied_rft.generation.config import GenerationConfig
     from embodied_rft.generation.hf import HFGenerator
@@ -72,7 +73,9 @@ def json_format_rate(model: Any, tok: Any, prompts: list[ValPrompt], *, max_new_
     tokenizer = getattr(tok, "tokenizer", tok)
     side = tokenizer.padding_side
     was_training = model.training
-    gen = HFGenerator(model, tok, GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0, batch_size=batch_size))
+    gen = HFGenerator(
+        model, tok, GenerationConfig(max_new_tokens=max_new_tokens, temperature=0.0, batch_size=batch_size)
+    )
     try:
         images = [[open_image(p) for p in vp.images] if vision else None for vp in prompts]
         if not vision and any(vp.images for vp in prompts):
@@ -82,13 +85,5 @@ def json_format_rate(model: Any, tok: Any, prompts: list[ValPrompt], *, max_new_
         tokenizer.padding_side = side  # the generator left-pads; training collators expect their own side
         model.train(was_training)
     comps = [cs[0] for cs in out]
-    objs = [parse_response(c.text) for c in comps]
-    n = len(comps)
-    return {
-        "samples": n,
-        "json_rate": sum(o is not None for o in objs) / n,
-        "eb_keys_rate": sum(o is not None and all(k in o for k in RESPONSE_KEYS) for o in objs) / n,
-        "mean_completion_tokens": sum(c.completion_tokens for c in comps) / n,
-        "stopped_rate": sum(c.finish_reason == "stop" for c in comps) / n,
-        "example": comps[0].text[:500],
-    }
+    rows = [score_response(c.text, tokens=c.completion_tokens, truncated=c.finish_reason == "length") for c in comps]
+    return {**summarise(rows), "example": comps[0].text[:500]}

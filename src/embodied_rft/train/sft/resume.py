@@ -16,8 +16,8 @@ import shutil
 from pathlib import Path
 
 from embodied_rft.config import as_dict
-from embodied_rft.data.fingerprint import file_digest, folder_digests
-from embodied_rft.data.jsonl import write_text_atomic
+from embodied_rft.core.atomic import write_text_atomic
+from embodied_rft.core.digest import file_digest, folder_digests
 from embodied_rft.train.sft.config import SFTConfig
 
 log = logging.getLogger(__name__)
@@ -25,9 +25,20 @@ log = logging.getLogger(__name__)
 FINGERPRINT = "run_fingerprint.json"
 # Fields that never change what is trained (the trajectory is the same with any value of them).
 _NOT_TRAJECTORY = {
-    "save_steps", "save_total_limit", "resume", "keep_checkpoints", "logging_steps", "report_to",
-    "wandb_mode", "wandb_project", "dataloader_workers", "num_threads", "val",
+    "save_steps",
+    "save_total_limit",
+    "resume",
+    "keep_checkpoints",
+    "logging_steps",
+    "report_to",
+    "wandb_mode",
+    "wandb_project",
+    "dataloader_workers",
+    "num_threads",
+    "val",
 }
+
+
 def run_fingerprint(cfg: SFTConfig, model_dir: Path, data_path: Path) -> dict:
     """What makes two runs the same training run (see the module docstring)."""
     settings = {k: v for k, v in as_dict(cfg).items() if k not in _NOT_TRAJECTORY}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from embodied_rft.data.jsonl import write_jsonl_atomic
+from embodied_rft.core.atomic import write_jsonl_atomic
 from embodied_rft.data.response import format_response
 from embodied_rft.world.actions import PUT_DOWN, ActionSpace, global_actions
 
@@ -42,7 +42,10 @@ def synthetic_records(n: int, seed: int = 0) -> list[dict]:
             {
                 "messages": [
                     {"role": "system", "content": SYSTEM},
-                    {"role": "user", "content": f"Instruction: put a {obj} in the {rec}.\nObservation: you see a {obj} and a {rec}."},
+                    {
+                        "role": "user",
+                        "content": f"Instruction: put a {obj} in the {rec}.\nObservation: you see a {obj} and a {rec}.",
+                    },
                     {"role": "assistant", "content": answer},
                 ]
             }
@@ -62,7 +65,9 @@ def write_synthetic_sft(path: str | Path, n: int, seed: int = 0, image_size: tup
         for i, r in enumerate(recs):
             obj = r["messages"][1]["content"].split("put a ", 1)[1].split(" ", 1)[0]
             k = _OBJECTS.index(obj)
-            Image.new("RGB", image_size, (25 * k, 255 - 25 * k, 100 + 10 * (i % 5))).save(path.parent / "images" / f"{i}.png")
+            Image.new("RGB", image_size, (25 * k, 255 - 25 * k, 100 + 10 * (i % 5))).save(
+                path.parent / "images" / f"{i}.png"
+            )
             r["images"] = [f"images/{i}.png"]
     write_jsonl_atomic(path, recs)
     return path

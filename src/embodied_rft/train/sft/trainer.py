@@ -35,34 +35,18 @@ from pathlib import Path
 from typing import Any
 
 from embodied_rft.config import ConfigError, as_dict
-from embodied_rft.data.jsonl import write_json_atomic, write_text_atomic
+from embodied_rft.core.atomic import replace_directory, write_json_atomic, write_text_atomic
+from embodied_rft.core.vision import VISION_MODULE_REGEX, freeze_vision, is_vision_model
 from embodied_rft.models import load_model
-from embodied_rft.models.atomic import replace_directory
 from embodied_rft.models.factory import CARD
 from embodied_rft.train.sft.config import SFTConfig
 from embodied_rft.train.sft.data import read_sft_records, to_train_dataset
-from embodied_rft.train.sft.heldout import json_format_rate, read_val_prompts
+from embodied_rft.train.sft.heldout import format_metrics, read_val_prompts
 from embodied_rft.train.sft.resume import prepare_work_dir, run_fingerprint
 
 log = logging.getLogger(__name__)
 
 ValHook = Callable[[Any, Any], dict]
-
-
-def is_vision_model(model: Any) -> bool:
-    """Whether ``model`` has a vision tower (its config carries a vision config)."""
-    return getattr(model.config, "vision_config", None) is not None
-
-
-def freeze_vision(model: Any) -> int:
-    """Stop gradients into the vision tower and its merger/projector (``*.visual.*``); returns how many
-    parameters were frozen. The paper froze both (RR: freeze_vision_tower, freeze_multi_modal_projector)."""
-    n = 0
-    for name, p in model.named_parameters():
-        if ".visual." in f".{name}":
-            p.requires_grad_(False)
-            n += p.numel()
-    return n
 
 
 def _lora_config(cfg: SFTConfig, vision: bool) -> Any:
@@ -74,7 +58,7 @@ def _lora_config(cfg: SFTConfig, vision: bool) -> Any:
         lora_dropout=cfg.lora.dropout,
         target_modules=list(cfg.lora.target_modules),
         # the vision blocks reuse MLP names (gate_proj, ...): keep adapters out of a frozen tower
-        exclude_modules=r".*\.visual\..*" if vision and cfg.freeze_vision else None,
+        exclude_modules=VISION_MODULE_REGEX if vision and cfg.freeze_vision else None,
         task_type="CAUSAL_LM",
     )
 
@@ -270,7 +254,10 @@ def prepare_sft(
         log.warning(
             "sft.max_len=%d cuts %s of %d examples and leaves %d with no answer token (dropped): a cut answer "
             "loses its end and its stop token; raise sft.max_len or shorten the prompts",
-            cfg.max_len, truncated, len(records), dropped,
+            cfg.max_len,
+            truncated,
+            len(records),
+            dropped,
         )
     return SFTSetup(trainer, tok, len(records), vision, frozen, images_dropped, ckpt, throughput, dropped, truncated)
 
@@ -304,7 +291,10 @@ def run_sft(
     total = sum(p.numel() for p in trainer.model.parameters())
     log.info(
         "SFT: %d records, %s model, %.2fM trainable of %.2fM parameters%s",
-        setup.records, "vision-language" if setup.vision else "text", trainable / 1e6, total / 1e6,
+        setup.records,
+        "vision-language" if setup.vision else "text",
+        trainable / 1e6,
+        total / 1e6,
         f", resuming from {ckpt.name}" if ckpt else "",
     )
     result = trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
@@ -342,10 +332,14 @@ def run_sft(
         if val_prompts or val_hook is not None:
             final, final_tok = load_model(out_dir, for_training=False)
             if val_prompts:
-                metrics["val"] = json_format_rate(
+                metrics["val"] = format_metrics(
                     final, final_tok, val_prompts, max_new_tokens=cfg.val.max_new_tokens, batch_size=cfg.val.batch_size
                 )
-                log.info("held-out check: JSON %.2f, EB keys %.2f", metrics["val"]["json_rate"], metrics["val"]["eb_keys_rate"])
+                log.info(
+                    "held-out check: JSON %.2f, EB keys %.2f",
+                    metrics["val"]["json_valid_rate"],
+                    metrics["val"]["format_rate"],
+                )
             if val_hook is not None:
                 metrics["hook"] = val_hook(final, final_tok)
         write_json_atomic(metrics_path, metrics)
@@ -354,7 +348,10 @@ def run_sft(
             shutil.rmtree(work_dir, ignore_errors=True)
         log.info(
             "SFT done: %d steps, loss %.4f -> %.4f, %.0f tokens/s; model in %s",
-            metrics["steps"], metrics["first_loss"] or float("nan"), metrics["final_loss"] or float("nan"),
-            metrics["tokens_per_s"] or 0.0, out_dir,
+            metrics["steps"],
+            metrics["first_loss"] or float("nan"),
+            metrics["final_loss"] or float("nan"),
+            metrics["tokens_per_s"] or 0.0,
+            out_dir,
         )
     return metrics

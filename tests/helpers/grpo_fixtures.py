@@ -22,7 +22,7 @@ from pathlib import Path
 
 from embodied_rft.data.prompt import PromptConfig, build_messages
 from embodied_rft.data.response import format_response
-from embodied_rft.reward import format_label
+from embodied_rft.schema import format_label
 from embodied_rft.world.actions import PUT_DOWN, ActionSpace
 
 TASKS = [
@@ -36,8 +36,9 @@ SYSTEM = "Plan EB-ALFRED actions by id. Answer with the JSON plan."
 
 def _prompt_cfg(image: str | None) -> PromptConfig:
     # the instruction once, first (the regime the fitted fixture policy was sized for)
-    return PromptConfig(style="compact", action_list="extras", observation="image" if image else "text",
-                        instruction_at="start")
+    return PromptConfig(
+        style="compact", action_list="extras", observation="image" if image else "text", instruction_at="start"
+    )
 
 
 def _plan(obj: str, recep: str) -> list[str]:
@@ -106,8 +107,12 @@ def _cache_dir() -> Path:
     import torch
     import transformers
 
-    key = hashlib.sha256(Path(__file__).read_bytes() + torch.__version__.encode() + transformers.__version__.encode()).hexdigest()[:12]
-    base = Path(os.environ.get("EMBODIED_RFT_TEST_CACHE", Path(__file__).resolve().parents[2] / ".cache" / "test-fixtures"))
+    key = hashlib.sha256(
+        Path(__file__).read_bytes() + torch.__version__.encode() + transformers.__version__.encode()
+    ).hexdigest()[:12]
+    base = Path(
+        os.environ.get("EMBODIED_RFT_TEST_CACHE", Path(__file__).resolve().parents[2] / ".cache" / "test-fixtures")
+    )
     return base / key
 
 
@@ -133,7 +138,14 @@ def _tiny_cfg(kind: str = "tiny"):
         name=f"test_{kind}",
         kind=kind,
         vocab_size=700,
-        text=TextArch(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256, max_position_embeddings=1024),
+        text=TextArch(
+            hidden_size=128,
+            num_layers=2,
+            num_heads=4,
+            num_kv_heads=2,
+            intermediate_size=256,
+            max_position_embeddings=1024,
+        ),
         image_max_pixels=12544,
     )
 

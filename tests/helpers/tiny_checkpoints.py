@@ -7,7 +7,7 @@
   greedy decoding reproduces a whole, executable plan: the model path of the harness can then succeed.
 * :func:`vl_model`: a tiny Qwen2.5-VL (untrained) for the image code paths.
 
-Imported by path (``sys.path``) from tests/evaluate and tests/test_serve.py, always under this module name,
+Imported as ``tests.helpers.tiny_checkpoints`` by the generation, evaluation, GRPO, reliability and server tests,
 so the caches are shared within a test process.
 """
 
@@ -87,7 +87,14 @@ def _cfg(kind: str = "tiny"):
         name=f"test_{kind}",
         kind=kind,
         vocab_size=800,
-        text=TextArch(hidden_size=64, num_layers=1, num_heads=1, num_kv_heads=1, intermediate_size=128, max_position_embeddings=2048),
+        text=TextArch(
+            hidden_size=64,
+            num_layers=1,
+            num_heads=1,
+            num_kv_heads=1,
+            intermediate_size=128,
+            max_position_embeddings=2048,
+        ),
         image_max_pixels=12544,
     )
 

@@ -134,8 +134,15 @@ class FaultServer:
         self.stop()
 
     # -- request handling -------------------------------------------------------------------------------
-    def _send(self, h: BaseHTTPRequestHandler, status: int, body: bytes, ctype: str = "application/json",
-              headers: dict[str, str] | None = None, send_bytes: int | None = None) -> None:
+    def _send(
+        self,
+        h: BaseHTTPRequestHandler,
+        status: int,
+        body: bytes,
+        ctype: str = "application/json",
+        headers: dict[str, str] | None = None,
+        send_bytes: int | None = None,
+    ) -> None:
         h.send_response(status)
         h.send_header("Content-Type", ctype)
         h.send_header("Content-Length", str(len(body)))
@@ -183,7 +190,9 @@ class FaultServer:
                 pass
             return
         if kind in ("429", "storm"):
-            self._error(h, 429, auth, {"Retry-After": self.plan.storm_retry_after if kind == "storm" else self.retry_after})
+            self._error(
+                h, 429, auth, {"Retry-After": self.plan.storm_retry_after if kind == "storm" else self.retry_after}
+            )
             return
         if kind == "429ms":
             self._error(h, 429, auth, {"retry-after-ms": self.retry_after_ms})
@@ -192,15 +201,20 @@ class FaultServer:
             self._error(h, int(kind), auth)
             return
         text = self.answer(body)
-        payload = json.dumps({
-            "id": f"chatcmpl-{key[:12]}",
-            "object": "chat.completion",
-            "created": 0,
-            "model": body.get("model", "test"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": len(raw) // 4, "completion_tokens": len(text) // 4,
-                      "total_tokens": len(raw) // 4 + len(text) // 4},
-        }).encode()
+        payload = json.dumps(
+            {
+                "id": f"chatcmpl-{key[:12]}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body.get("model", "test"),
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {
+                    "prompt_tokens": len(raw) // 4,
+                    "completion_tokens": len(text) // 4,
+                    "total_tokens": len(raw) // 4 + len(text) // 4,
+                },
+            }
+        ).encode()
         if kind == "truncated":
             h.close_connection = True
             self._send(h, 200, payload, send_bytes=len(payload) // 2)

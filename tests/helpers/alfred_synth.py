@@ -1,6 +1,6 @@
 """Hand-written ALFRED-format trajectories, so reader/convert/prepare tests run without ../shared.
 
-They follow ALFRED's ``traj_data.json`` schema (FACTS §3) and its conventions, checked on the real
+They follow ALFRED's ``traj_data.json`` schema (docs/facts.md §3.1) and its conventions, checked on the real
 files: THOR ids format positions as ``%+06.2f`` (``Apple|+01.00|+00.90|+00.50``), slices are
 ``<id>|AppleSliced_1``, a basin is ``Sink|...|SinkBasin``, and ``coordinateReceptacleObjectId`` holds
 4x the position as (x, x, z, z, y, y).

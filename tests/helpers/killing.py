@@ -37,8 +37,15 @@ def kill_rng(test: str) -> tuple[random.Random, str]:
 
 def _env() -> dict[str, str]:
     env = os.environ.copy()
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="offline")
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONUNBUFFERED="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        WANDB_MODE="offline",
+    )
     return env
 
 
@@ -51,8 +58,9 @@ class Finished:
 
 def _start(script: str, args: list[str], log: Path) -> tuple[subprocess.Popen, threading.Event, list[str]]:
     log.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=_env())
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env()
+    )
     ready = threading.Event()
     lines: list[str] = []
 
@@ -107,8 +115,17 @@ def _kill(proc: subprocess.Popen) -> bool:
     return proc.returncode == -signal.SIGKILL
 
 
-def kill_at_random(script: str, args: list[str], log: Path, *, rng: random.Random, work_s: float,
-                   watch: Callable[[], None] | None = None, lo: float = 0.05, hi: float = 0.9) -> Killed:
+def kill_at_random(
+    script: str,
+    args: list[str],
+    log: Path,
+    *,
+    rng: random.Random,
+    work_s: float,
+    watch: Callable[[], None] | None = None,
+    lo: float = 0.05,
+    hi: float = 0.9,
+) -> Killed:
     """Start the child; SIGKILL it ``uniform(lo, hi) * work_s`` seconds after READY, watching outputs."""
     proc, ready, lines = _start(script, args, log)
     assert ready.wait(300), f"child never got ready; see {log}"
@@ -122,8 +139,16 @@ def kill_at_random(script: str, args: list[str], log: Path, *, rng: random.Rando
     return Killed(killed, time.monotonic() - t0, checks, "".join(lines))
 
 
-def kill_mid_write(script: str, args: list[str], log: Path, folder: Path, *,
-                   watch: Callable[[], None] | None = None, pattern: str = ".*.tmp", timeout: float = 120) -> Killed:
+def kill_mid_write(
+    script: str,
+    args: list[str],
+    log: Path,
+    folder: Path,
+    *,
+    watch: Callable[[], None] | None = None,
+    pattern: str = ".*.tmp",
+    timeout: float = 120,
+) -> Killed:
     """Start the child; SIGKILL it as soon as a temporary file of an atomic write (``pattern``) appears in
     ``folder`` — a kill while an output is half-written."""
     proc, ready, lines = _start(script, args, log)
@@ -188,14 +213,21 @@ def whole_model(out: Path) -> None:
     raise AssertionError(f"{out} kept changing under the check")
 
 
-def kill_repeatedly(script: str, args: list[str], root: Path, rng: random.Random, work_s: float,
-                    watch: Callable[[], None] | None, kills: int = 3) -> list[Killed]:
+def kill_repeatedly(
+    script: str,
+    args: list[str],
+    root: Path,
+    rng: random.Random,
+    work_s: float,
+    watch: Callable[[], None] | None,
+    kills: int = 3,
+) -> list[Killed]:
     """Up to ``kills`` runs in a row, each SIGKILLed at a random point, every one resuming what the last left
     (a resumed run has less to do, so a later draw may find it finished: then the series ends early). The first
     kill is retried on a fresh ``root`` (up to 3 times, aiming earlier) if the child outran the timed run.
     Logs go next to ``root``."""
     out: list[Killed] = []
-    for attempt in range(3):  # the first kill must land: a child faster than the timed run is started afresh
+    for _attempt in range(3):  # the first kill must land: a child faster than the timed run is started afresh
         k = kill_at_random(script, args, root.parent / f"{root.name}.kill0.log", rng=rng, work_s=work_s, watch=watch)
         if k.killed:
             break
@@ -214,5 +246,8 @@ def visible_files(folder: Path) -> list[Path]:
     """Files a reader would pick up: everything but hidden (temporary) ones."""
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.rglob("*")
-                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )

@@ -41,7 +41,9 @@ def parse_train_ppo_ray(argv: Sequence[str]) -> Any:
     Raises SystemExit on a parser error and AssertionError when a post-parse check fails, as the CLI would.
     """
     spec = importlib.util.find_spec("openrlhf.cli.train_ppo_ray")
-    assert spec is not None and spec.origin is not None, "openrlhf is not installed (pip install --no-deps openrlhf==0.11.2)"
+    assert spec is not None and spec.origin is not None, (
+        "openrlhf is not installed (pip install --no-deps openrlhf==0.11.2)"
+    )
     path = Path(spec.origin)
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     ns: dict[str, Any] = {"__name__": "__main__", "__file__": str(path)}
@@ -142,17 +144,23 @@ def run_dynamic_filter(responses_per_prompt: list[list[dict]], lo: float, hi: fl
     sg = samples_generator()
     args = types.SimpleNamespace(
         algo=types.SimpleNamespace(dynamic_filtering_enable=True, dynamic_filtering_range=(lo, hi)),
-        rollout=types.SimpleNamespace(batch_size=len(responses_per_prompt), n_samples_per_prompt=len(responses_per_prompt[0])),
+        rollout=types.SimpleNamespace(
+            batch_size=len(responses_per_prompt), n_samples_per_prompt=len(responses_per_prompt[0])
+        ),
         vllm=types.SimpleNamespace(enable_sleep=False),
     )
     strategy = types.SimpleNamespace(args=args)
     gen = sg.SamplesGenerator(strategy, None, None, None, [])
     # prompts are the indices; the "refs" the dispatcher returns are the finished groups themselves
     batches = iter([(["default"], [str(i)], [str(i)], [None]) for i in range(len(responses_per_prompt))])
-    gen._dispatch_prompts_to_vllm = lambda prompts, labels, images=None, **kw: [responses_per_prompt[int(p)] for p in prompts]
+    gen._dispatch_prompts_to_vllm = lambda prompts, labels, images=None, **kw: [
+        responses_per_prompt[int(p)] for p in prompts
+    ]
     if light:
         gen._process_response_into_experience = lambda response, **kw: _LightExperience(response)
-    experiences, consumed, _ = gen._generate_vllm(batches, len(responses_per_prompt), dynamic_filtering=True, max_len=64)
+    experiences, consumed, _ = gen._generate_vllm(
+        batches, len(responses_per_prompt), dynamic_filtering=True, max_len=64
+    )
     kept = sorted({int(e.prompts[0]) for e in experiences})
     return kept
 

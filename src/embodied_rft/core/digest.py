@@ -1,4 +1,4 @@
-"""Content identity of input files and model folders, for resume and cache decisions.
+"""Content identity of input files, model folders and JSON-able descriptions, for resume and cache decisions.
 
 Input: a file or a folder (a checkpoint, a data file). Output: a digest that changes when the bytes change and
 stays the same when only the file's place or time changes -- a DVC checkout rewrites mtimes, and a result
@@ -8,13 +8,16 @@ same sizes) must not pass for the old one.
 Files up to :data:`FULL_HASH_BYTES` are hashed whole. A larger file (a multi-GB checkpoint shard) is hashed by
 its size and :data:`SAMPLED_BLOCKS` blocks of 1 MiB spread evenly over it, so a 7B policy is identified in well
 under a second; a retrained shard differs in every block. The SFT resume check, the GRPO resume check and the
-evaluation's result store all use this one rule.
+evaluation's result store all use this one rule. :func:`json_digest` is the one digest of a JSON-able
+description (a run's config and inputs, an episode, params) that resume keys and lineage use.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
+from typing import Any
 
 FULL_HASH_BYTES = 64 << 20
 SAMPLED_BLOCKS = 64
@@ -52,3 +55,10 @@ def path_identity(path: str | Path) -> dict:
     """A JSON-able identity of a file (``{"sha256": ...}``) or a folder (``{"files": {name: digest}}``)."""
     p = Path(path)
     return {"files": folder_digests(p)} if p.is_dir() else {"sha256": file_digest(p)}
+
+
+def json_digest(obj: Any, length: int | None = None, *, ensure_ascii: bool = True) -> str:
+    """The sha256 of ``obj``'s canonical JSON (sorted keys; non-JSON values by ``str``), cut to ``length``
+    hex digits (None: all 64)."""
+    blob = json.dumps(obj, sort_keys=True, default=str, ensure_ascii=ensure_ascii)
+    return hashlib.sha256(blob.encode()).hexdigest()[:length]

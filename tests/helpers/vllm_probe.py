@@ -1,6 +1,7 @@
 """Run the ``vllm`` backend in vLLM's own environment and print the completions as JSON (one line).
 
-Usage (by ``test_vllm_backend.py``): ``<vllm venv python> vllm_probe.py REQUEST.json`` with PYTHONPATH=src.
+Usage (by ``tests/generation/test_vllm_backend.py``): ``<vllm venv python> tests/helpers/vllm_probe.py REQUEST.json``
+with PYTHONPATH=src (a script: it imports nothing from tests/).
 REQUEST: {"model": dir, "conversations": [[messages]], "images": [png path | null] | null, "n": int,
 "temperature": float, "max_new_tokens": int}. vLLM spawns its engine processes, hence the ``__main__`` guard.
 """
@@ -18,8 +19,13 @@ def main() -> None:
 
     req = json.loads(open(sys.argv[1], encoding="utf-8").read())
     cfg = GenerationConfig(
-        backend="vllm", max_new_tokens=req["max_new_tokens"], dtype="float32", enforce_eager=True,
-        max_model_len=2048, gpu_memory_utilization=0.5, seed=0,
+        backend="vllm",
+        max_new_tokens=req["max_new_tokens"],
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=2048,
+        gpu_memory_utilization=0.5,
+        seed=0,
     )
     gen = make_generator(req["model"], cfg)
     images = req.get("images")

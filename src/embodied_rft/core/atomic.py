@@ -1,0 +1,131 @@
+"""Atomic writes of files and folders: a killed stage never leaves a half-written output.
+
+Files (:func:`atomic_open` and the ``write_*_atomic`` helpers): content goes to a temporary file in the same
+directory, flushed and fsynced, then ``os.replace``d onto the output path, so DVC (or the next stage) reads
+either the old file or the new one.
+
+Folders (:func:`atomic_directory`) yield an empty sibling temp folder; when the ``with`` body finishes, the
+folder is swapped onto the target with renames (the old target, if any, is moved aside first and deleted
+after), so a reader sees either the complete old checkpoint or the complete new one. A body that raises leaves
+the target untouched and the temp folder deleted. Both renames stay within one parent folder, hence one file
+system. :func:`replace_directory` is the swap on its own, for a folder built elsewhere in the same parent
+(several training processes that must agree on one staging path); :func:`save_pretrained_atomic` writes a
+Hugging Face checkpoint (model + tokenizer/processor) this way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[Any]:
+    """Open a temp file next to ``path``; on clean exit fsync and rename it onto ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    with atomic_open(path) as fh:
+        fh.write(text)
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> None:
+    with atomic_open(path) as fh:
+        json.dump(obj, fh, indent=indent, sort_keys=False, ensure_ascii=False)
+        fh.write("\n")
+
+
+def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[Any]) -> int:
+    """Write one JSON object per line, atomically; returns the number of records."""
+    n = 0
+    with atomic_open(path) as fh:
+        for rec in records:
+            fh.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")))
+            fh.write("\n")
+            n += 1
+    return n
+
+
+@contextmanager
+def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temp folder next to ``target``; move it onto ``target`` on success."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tag = uuid.uuid4().hex[:8]
+    tmp = target.with_name(f".{target.name}.tmp-{tag}")
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    replace_directory(tmp, target)
+
+
+def replace_directory(src: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Move folder ``src`` onto ``target`` (same file system), replacing what was there."""
+    src, target = Path(src), Path(target)
+    old = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
+    if target.exists():
+        os.replace(target, old)
+    os.replace(src, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def save_pretrained_atomic(model: Any, tokenizer_or_processor: Any, out_dir: str | Path) -> None:
+    """Save a Hugging Face checkpoint (model + tokenizer/processor) so ``out_dir`` is never half-written:
+    write a sibling temp folder, then swap it in with renames."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    # the temp (mkdtemp: 8 random characters) and old-<pid> folders of a save killed midway, and nothing else
+    own = re.compile(rf"\.{re.escape(out_dir.name)}\.(old-\d+|[a-z0-9_]{{8}})")
+    for stale in out_dir.parent.glob(f".{out_dir.name}.*"):
+        if stale.is_dir() and own.fullmatch(stale.name):
+            shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer_or_processor.save_pretrained(tmp)
+        old = None
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+            os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+__all__ = [
+    "atomic_directory",
+    "atomic_open",
+    "replace_directory",
+    "save_pretrained_atomic",
+    "write_json_atomic",
+    "write_jsonl_atomic",
+    "write_text_atomic",
+]

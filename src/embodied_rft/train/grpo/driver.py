@@ -1,0 +1,263 @@
+"""Running the local GRPO engine to the end: resume, the update loop, held-out checks, the final metrics.
+
+:func:`run_grpo_local` is what the ``grpo`` stage calls with ``grpo.backend=local``. It builds a
+:class:`~embodied_rft.train.grpo.engine.GRPOEngine`, resumes from the newest matching checkpoint in
+``work_dir``, runs the greedy held-out check before training, loops rollout → filter → update until
+``grpo.max_updates`` (or the prompt stream ends), checkpointing every ``grpo.save_every`` updates, runs the
+held-out check again and writes the policy (atomically), ``metrics/grpo.json`` (before/after held-out metrics
+and their paired gain, throughput, the share of time per phase) and the per-update plot rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from embodied_rft.config import as_dict
+from embodied_rft.core.atomic import save_pretrained_atomic, write_json_atomic
+from embodied_rft.core.digest import path_identity
+from embodied_rft.core.subset import seeded_subset
+from embodied_rft.reward import RewardConfig
+from embodied_rft.train.grpo.checkpoint import fingerprint
+from embodied_rft.train.grpo.config import GRPOConfig
+from embodied_rft.train.grpo.engine import GRPOEngine, Hooks, _read_samples, _RolloutStats
+from embodied_rft.train.grpo.heldout import paired_gain
+from embodied_rft.train.grpo.log import RunTracker
+from embodied_rft.train.grpo.onpolicy import mix_prompts
+from embodied_rft.train.grpo.ray_workers import LocalRollout, RayRollout
+from embodied_rft.train.grpo.workers import ProcessRollout
+
+log = logging.getLogger(__name__)
+
+
+def run_grpo_local(
+    cfg: GRPOConfig,
+    policy_dir: str | Path,
+    train_samples_path: str | Path,
+    val_samples_path: str | Path,
+    out_dir: str | Path,
+    metrics_path: str | Path,
+    plots_path: str | Path,
+    work_dir: str | Path,
+    *,
+    reward: RewardConfig | None = None,
+    hooks: Hooks | None = None,
+    states: tuple[list[dict], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Run GRPO with the local engine; returns the metrics written to ``metrics_path``.
+
+    ``reward`` is the ``reward:`` config section (default: the paper's reward). ``hooks['on_update']``,
+    if given, is called with an :class:`UpdateInfo` after every optimiser update (tests use it).
+    ``states`` (samples, summary), from :mod:`.onpolicy`, are mixed into the training prompts as
+    ``cfg.onpolicy.fraction`` says. Resumes from ``work_dir`` when a checkpoint of the same config and
+    inputs is there.
+    """
+    reward = reward or RewardConfig()
+    t_start = time.perf_counter()
+    threads = torch.get_num_threads()
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    try:
+        return _run(
+            cfg,
+            policy_dir,
+            train_samples_path,
+            val_samples_path,
+            out_dir,
+            metrics_path,
+            plots_path,
+            work_dir,
+            reward,
+            hooks,
+            t_start,
+            states,
+        )
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(
+    cfg: GRPOConfig,
+    policy_dir: str | Path,
+    train_samples_path: str | Path,
+    val_samples_path: str | Path,
+    out_dir: str | Path,
+    metrics_path: str | Path,
+    plots_path: str | Path,
+    work_dir: str | Path,
+    reward: RewardConfig,
+    hooks: Hooks | None,
+    t_start: float,
+    states: tuple[list[dict], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    train = seeded_subset(_read_samples(train_samples_path, "train"), cfg.max_train_prompts, cfg.seed)
+    if states is not None:
+        train = mix_prompts(train, states[0], cfg.onpolicy.fraction, cfg.seed)
+    val = (
+        seeded_subset(_read_samples(val_samples_path, "val"), cfg.eval_max_samples, cfg.seed)
+        if cfg.eval_max_samples
+        else []
+    )
+    fp = fingerprint(
+        {
+            "config": as_dict(cfg),
+            "reward": as_dict(reward),
+            "policy": path_identity(policy_dir),
+            "train": path_identity(train_samples_path),
+            "states": fingerprint([(s["sample_id"], s["label"]) for s in states[0]]) if states is not None else None,
+        }
+    )
+    eng = GRPOEngine(cfg, policy_dir, train, val, work_dir, reward, Path(train_samples_path).parent, fp, hooks)
+    resumed = eng.resume()
+    if cfg.rollout_processes > 0:  # the pool also decodes the held-out checks, so it starts first
+        eng.rollout = ProcessRollout(eng.model, eng.io.eos_ids, cfg.rollout_processes, max_rows=cfg.sampler_max_rows)
+        eng.eval_sampler = eng.rollout.as_sampler()
+    elif cfg.num_rollout_workers > 0:
+        eng.rollout = RayRollout(
+            cfg.num_rollout_workers, eng.policy_dir, cfg.max_prompt_tokens, eng.model, cfg.ray_num_cpus, cfg.sampler
+        )
+    else:
+        eng.rollout = LocalRollout(eng.model, eng.io, eng.device, eng.sampler)
+    try:
+        return _loop(cfg, eng, resumed, work_dir, out_dir, metrics_path, plots_path, t_start, states, len(train))
+    finally:
+        eng.rollout.close()
+
+
+def _loop(
+    cfg: GRPOConfig,
+    eng: GRPOEngine,
+    resumed: bool,
+    work_dir: str | Path,
+    out_dir: str | Path,
+    metrics_path: str | Path,
+    plots_path: str | Path,
+    t_start: float,
+    states: tuple[list[dict], dict[str, Any]] | None,
+    n_train: int,
+) -> dict[str, Any]:
+    from tqdm import tqdm
+
+    st = eng.state
+    if cfg.eval_max_samples and st.eval_before is None:
+        st.eval_before = eng.evaluate()
+        log.info("held-out before GRPO: %s", _means(st.eval_before))
+    tracker = RunTracker(
+        cfg.report_to, cfg.wandb_mode, cfg.wandb_project, Path(work_dir), as_dict(cfg), st.history, st.wandb_id
+    )
+    st.wandb_id = tracker.run_id
+    pbar = tqdm(total=eng.planned_updates, initial=st.updates, desc="grpo", unit="update", dynamic_ncols=True)
+    stop_reason = "max_updates"
+    try:
+        stats = _RolloutStats()
+        while not (cfg.max_updates and st.updates >= cfg.max_updates):
+            if eng.buffer.should_stop:
+                stop_reason = "filter_stalled"
+                break
+            if not eng.rollout_step(stats):
+                stop_reason = "episodes_done"
+                last = eng.buffer.finish()
+                if last is not None:
+                    eng.train_on(last, stats.row(), tracker, pbar)
+                break
+            if not eng.buffer.ready():
+                continue
+            row = stats.row()  # the rollouts that filled this buffer (and any taken with it)
+            stats = _RolloutStats()
+            while eng.buffer.ready() and not (cfg.max_updates and st.updates >= cfg.max_updates):
+                eng.train_on(eng.buffer.take(), row, tracker, pbar)
+            eng.rollout.refresh(eng.model)
+            if cfg.save_every and st.updates - st.last_saved >= cfg.save_every:
+                eng.checkpoint()
+    finally:
+        pbar.close()
+    if st.updates == 0:
+        log.warning(
+            "GRPO made no update (%s): the filter kept %d of %d groups; the policy is saved unchanged",
+            stop_reason,
+            eng.buffer.stats.accepted,
+            eng.buffer.stats.seen,
+        )
+    eval_after = eng.evaluate() if cfg.eval_max_samples else None
+    if eval_after is not None:
+        log.info("held-out after GRPO: %s", _means(eval_after))
+    save_pretrained_atomic(eng.model, eng.tokenizer, out_dir)
+    if cfg.save_every:
+        eng.checkpoint()  # the finished state: a rerun with the same inputs resumes straight to the end
+    metrics = _metrics(cfg, eng, stop_reason, resumed, eval_after, time.perf_counter() - t_start)
+    if states is not None:
+        metrics["onpolicy"] = {**states[1], "prompts": n_train, "fraction": cfg.onpolicy.fraction}
+    write_json_atomic(metrics_path, metrics)
+    tracker.write_plots(plots_path)
+    tracker.summary({k: v for k, v in metrics["final"].items() if isinstance(v, (int, float))})
+    tracker.close()
+    return metrics
+
+
+def _means(ev: dict) -> dict:
+    """An ``evaluate_greedy`` result without its per-prompt rows (for logs and metrics)."""
+    return {k: v for k, v in ev.items() if k != "per_prompt"}
+
+
+def _metrics(
+    cfg: GRPOConfig, eng: GRPOEngine, stop_reason: str, resumed: bool, eval_after: dict | None, wall: float
+) -> dict:
+    st = eng.state
+    before = st.eval_before
+    heldout = None
+    if before and eval_after and before.get("samples"):
+        heldout = {
+            "before": _means(before),
+            "after": _means(eval_after),
+            **{
+                f"{k}_gain": round(eval_after[k] - before[k], 6)
+                for k in ("reward_mean", "exact_plan_rate", "format_rate")
+            },
+        }
+        # prompt by prompt, with a bootstrap interval and exact tests
+        if "per_prompt" in before and "per_prompt" in eval_after:
+            heldout["paired"] = paired_gain(before["per_prompt"], eval_after["per_prompt"], seed=cfg.seed)
+    gen_s = st.seconds.get("generate", 0.0)
+    total_s = sum(st.seconds.values())
+    final = dict(st.history[-1]) if st.history else {}
+    return {
+        "backend": "local",
+        "stop_reason": stop_reason,
+        "resumed": resumed,
+        "updates": st.updates,
+        "buffers": st.buffers,
+        "episodes_done": st.episode,
+        "heldout": heldout,
+        "final": final,
+        "filter": eng.buffer.stats.as_dict(),
+        "counters": {
+            "prompts_sampled": st.prompts_sampled,
+            "responses_sampled": st.responses_sampled,
+            "response_tokens": st.response_tokens,
+            "prompts_truncated": st.prompts_truncated,
+            "groups_trained": st.groups_trained,
+            "zero_adv_groups_trained": st.zero_adv_groups_trained,
+        },
+        "time_s": {k: round(v, 3) for k, v in st.seconds.items()} | {"wall_this_process": round(wall, 3)},
+        # each phase's share of the engine's timed seconds (generate, reward, logprob, update, eval, checkpoint)
+        "time_share": {k: round(v / total_s, 4) for k, v in st.seconds.items()} if total_s else {},
+        "throughput": {
+            "responses_per_s": round(st.responses_sampled / total_s, 4) if total_s else 0.0,
+            "generated_tokens_per_s": round(st.response_tokens / gen_s, 2) if gen_s else 0.0,
+            # rows decoded per generated token: 1.0 = no finished row was decoded (fast sampler only)
+            "row_steps_per_token": round(st.row_steps / st.response_tokens, 4)
+            if st.row_steps and st.response_tokens
+            else None,
+        },
+        "sampler": "fast" if eng.sampler is not None else "hf",
+        "update_forward": "shared_prompt" if eng.shared_lm is not None else "padded",
+        "config": as_dict(cfg),
+        "history": st.history,
+    }
+
+
+__all__ = ["run_grpo_local"]
