@@ -259,3 +259,31 @@ def test_evaluate_sigkilled_at_random_points_resumes_to_the_same_report(tmp_path
 def _one_thread():
     with tc.one_thread():
         yield
+
+
+def test_a_checkpoint_from_another_code_version_is_not_resumed(tmp_path, monkeypatch):
+    """A state pickled by code whose module was since renamed (the train/ reorganisation moved EngineState)
+    cannot be unpickled: the engine starts fresh instead of failing."""
+    import sys
+    import types
+
+    import torch
+
+    from embodied_rft.train.grpo.checkpoint import _LATEST, _STATE, _WEIGHTS, load_checkpoint
+
+    gone = types.ModuleType("embodied_rft_renamed_module")
+
+    class EngineState:  # stands for the class at its old import path
+        pass
+
+    EngineState.__module__ = gone.__name__
+    EngineState.__qualname__ = "EngineState"
+    gone.EngineState = EngineState
+    monkeypatch.setitem(sys.modules, gone.__name__, gone)
+    folder = tmp_path / "ckpt-0000003"
+    folder.mkdir()
+    torch.save({}, folder / _WEIGHTS)
+    torch.save({"fingerprint": "fp", "state": EngineState()}, folder / _STATE)
+    (tmp_path / _LATEST).write_text("ckpt-0000003\n")
+    monkeypatch.delitem(sys.modules, gone.__name__)  # the module is gone, as after a rename
+    assert load_checkpoint(tmp_path, "fp") is None

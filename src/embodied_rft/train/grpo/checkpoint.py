@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import random
 import shutil
 import tempfile
@@ -140,7 +141,14 @@ def load_checkpoint(work_dir: str | Path, fp: str) -> tuple[Path, dict] | None:
         log.warning("checkpoint pointer %s names %s, which is incomplete; starting fresh", pointer, folder)
         return None
     # our own files (pickled dataclasses and the buffer), never a downloaded artifact
-    blob = torch.load(folder / _STATE, map_location="cpu", weights_only=False)
+    try:
+        blob = torch.load(folder / _STATE, map_location="cpu", weights_only=False)
+    except (ModuleNotFoundError, AttributeError, pickle.UnpicklingError, EOFError, RuntimeError) as exc:
+        # written by another version of this code (a renamed module or class) or cut short: not resumable
+        log.warning(
+            "checkpoint %s cannot be read by this version (%s: %s); starting fresh", folder, type(exc).__name__, exc
+        )
+        return None
     if blob.get("fingerprint") != fp:
         log.warning(
             "checkpoint %s belongs to another run (config or inputs changed: %s != %s); starting fresh",
