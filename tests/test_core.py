@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -80,3 +81,31 @@ def test_atomic_write_leaves_the_old_file_when_the_body_fails(tmp_path):
         raise RuntimeError("killed")
     assert json.loads(out.read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["m.json"]
+
+
+def test_outputs_keep_normal_modes_and_killed_writers_temps_are_removed(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from embodied_rft.core.atomic import DIR_MODE, FILE_MODE, save_pretrained_atomic
+
+    out = tmp_path / "sft.jsonl"
+    write_json_atomic(out, {"a": 1})
+    assert out.stat().st_mode & 0o777 == FILE_MODE and FILE_MODE & 0o044  # readable by group/others (umask 022)
+    # a writer killed mid-write leaves .<name>.<pid>.<random>.tmp; the next write of that path removes it
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(child.stdout)
+    orphan = tmp_path / f".sft.jsonl.{dead}.abcd1234.tmp"
+    orphan.write_text("half")
+    live = tmp_path / f".sft.jsonl.{os.getpid()}.efgh5678.tmp"  # this process's own: not touched
+    live.write_text("mine")
+    write_json_atomic(out, {"a": 2})
+    assert not orphan.exists() and live.exists() and json.loads(out.read_text()) == {"a": 2}
+
+    class _Saver:
+        def save_pretrained(self, d):
+            (Path(d) / "w.bin").write_bytes(b"x")
+
+    save_pretrained_atomic(_Saver(), _Saver(), tmp_path / "model")
+    assert (tmp_path / "model").stat().st_mode & 0o777 == DIR_MODE

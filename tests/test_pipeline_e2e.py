@@ -15,8 +15,20 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 MICRO = ["experiment=micro"]
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(path.rglob("*")) if path.is_dir() else [path]:
+        if f.is_file():
+            h.update(f.relative_to(path).as_posix().encode() if path.is_dir() else b"")
+            h.update(f.read_bytes())
+    return h.hexdigest()
 
 
 def _run(cmd: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
@@ -49,7 +61,7 @@ def test_micro_pipeline_runs_end_to_end_and_is_cached(tmp_path, repo_root):
     r = _run([sys.executable, "-m", "dvc", "repro"], clone, env)
     for stage in ("prepare", "decompose", "distill", "base", "sft", "grpo", "evaluate"):
         assert f"Running stage '{stage}'" in r.stdout
-    m = json.loads((clone / "metrics" / "eval.json").read_text())
+    m = json.loads((clone / "metrics" / "eval.details.json").read_text())
     assert set(m["models"]) >= {"base", "sft", "grpo", "expert", "random"}
     assert m["models"]["expert"]["interactive"]["overall"]["success_rate"] == 100.0
     assert {"prepare", "decompose", "distill", "base", "sft", "grpo"} <= set(m["lineage"]["stages"])
@@ -58,6 +70,24 @@ def test_micro_pipeline_runs_end_to_end_and_is_cached(tmp_path, repo_root):
     for f in ("prepare", "decompose", "distill", "base", "sft", "grpo"):
         assert (clone / "metrics" / f"{f}.json").exists()
     assert "Data and pipelines are up to date" in _run([sys.executable, "-m", "dvc", "repro"], clone, env).stdout
+    # a bad value hand-edited into params.yaml: the stage refuses it and every output stays where it was
+    # (outputs are persist: DVC does not delete them before the stage runs)
+    before = {p: _digest(clone / p) for p in ("models/sft", "metrics/sft.json", "plots/sft_loss.csv", "models/grpo")}
+    good = (clone / "params.yaml").read_text()
+    params = yaml.safe_load(good)
+    params["sft"]["lr"] = -1.0
+    (clone / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    bad = subprocess.run(
+        [sys.executable, "-m", "dvc", "repro", "-s", "sft"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert bad.returncode != 0 and "sft.lr: must be > 0" in bad.stdout + bad.stderr
+    assert {p: _digest(clone / p) for p in before} == before
+    (clone / "params.yaml").write_text(good)
     # DVC's Hydra composition: -S recomposes params.yaml from conf/ and the change reaches only the stages below it
     _run(["git", "add", "-A"], clone, env)
     _run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "micro"], clone, env)

@@ -21,9 +21,9 @@ def _metrics(d: Path) -> Path:
     }
     files = {
         "eval": {"table": table, "episodes": {"per_split": {"valid_unseen": 100}}, "paired": {"sft->grpo": pair}},
+        "grpo.details": {"config": {"group_size": 8, "lr": 1e-4, "filter": {"updates_per_buffer": 2}}},
         "grpo": {
             "updates": 240,
-            "config": {"group_size": 8, "lr": 1e-4, "filter": {"updates_per_buffer": 2}},
             "filter": {"pass_rate": 0.42},
             "throughput": {"generated_tokens_per_s": 5914.2},
             "heldout": {

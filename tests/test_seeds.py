@@ -201,7 +201,7 @@ def test_make_seeds_runs_two_seeds_and_the_ablation_on_the_micro_preset(tmp_path
             vals = out["success"][label]["overall"]["values"]
             assert len(vals) == 2 and all(0.0 <= v <= 100.0 for v in vals)
         for s in (3, 4):
-            ev = json.loads((REPO / runs / f"seed-{s}" / "metrics" / "eval.json").read_text())
+            ev = json.loads((REPO / runs / f"seed-{s}" / "metrics" / "eval.details.json").read_text())
             # the workspace's dvc.lock describes other files: it is not quoted as this run's lineage
             assert ev["lineage"]["dvc_lock"] is None and ev["lineage"]["not_from_dvc_lock"]
             assert (REPO / runs / f"seed-{s}" / "models" / "grpo_no_sft" / "config.json").exists()

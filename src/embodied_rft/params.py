@@ -76,6 +76,70 @@ def section_configs(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def section_classes() -> dict[str, type]:
+    """The dataclass each dotted config section is read into (``data.generator`` before ``data``)."""
+    from .alfred import AlfredConfig
+    from .data.decompose import DecomposeConfig
+    from .data.prompt import PromptConfig
+    from .evaluate.config import EvalConfig
+    from .models import ModelConfig
+    from .pipeline import Paths
+    from .reward import RewardConfig
+    from .teacher.config import TeacherConfig
+    from .train.grpo.config import GRPOConfig
+    from .train.sft.config import SFTConfig
+    from .world.generator import GeneratorConfig
+
+    return {
+        "paths": Paths,
+        "data.generator": GeneratorConfig,
+        "data": AlfredConfig,
+        "prompt": PromptConfig,
+        "decompose": DecomposeConfig,
+        "teacher": TeacherConfig,
+        "model": ModelConfig,
+        "sft": SFTConfig,
+        "grpo": GRPOConfig,
+        "reward": RewardConfig,
+        "evaluate": EvalConfig,
+    }
+
+
+def unknown_override(overrides: list[str]) -> str | None:
+    """The first command-line override ``a.b.c=value`` whose key is not a config field, as the one-line
+    message a stage prints (``sft.max_step: unknown key; did you mean 'max_steps'?``); None when all are known.
+    Group choices (``grpo=openrlhf``), appends (``+key``), deletions (``~key``) and ``hydra.*`` are Hydra's."""
+    import dataclasses
+    import difflib
+    import typing
+
+    classes = section_classes()
+    for ov in overrides:
+        if ov.startswith(("-", "+", "~", "hydra.", "hydra/")) or "=" not in ov:
+            continue
+        key = ov.split("=", 1)[0].lstrip("+")
+        if "." not in key or "@" in key:
+            continue
+        section = "data.generator" if key.startswith("data.generator.") else key.split(".", 1)[0]
+        cls = classes.get(section)
+        if cls is None:
+            continue
+        parts = key[len(section) + 1 :].split(".")
+        where = section
+        for part in parts:
+            fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+            if part not in fields:
+                close = difflib.get_close_matches(part, list(fields), n=1)
+                hint = f"did you mean '{close[0]}'?" if close else f"valid keys: {sorted(fields)}"
+                return f"{where}.{part}: unknown key; {hint}"
+            where = f"{where}.{part}"
+            tp = typing.get_type_hints(cls)[part]
+            if not (isinstance(tp, type) and dataclasses.is_dataclass(tp)):
+                break  # a leaf, or a free-form mapping (e.g. evaluate.max_new_tokens_by_model)
+            cls = tp
+    return None
+
+
 def _first_diff(a: Any, b: Any, key: str = "") -> str | None:
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(set(a) | set(b), key=str):

@@ -80,6 +80,7 @@ STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "sft": ("sft_model", "metrics_dir", "plots_dir", "work_dir"),
     "grpo": ("grpo_model", "metrics_dir", "plots_dir", "work_dir"),
     "evaluate": ("metrics_dir", "plots_dir", "reports_dir", "work_dir"),
+    "plots": ("plots_dir",),
 }
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from embodied_rft.core.atomic import write_json_atomic
+from embodied_rft.core.atomic import atomic_directory
+from embodied_rft.core.metrics import write_metrics
 
 from .config import ConfigError, build, to_plain
 
@@ -25,12 +26,14 @@ def run_prepare(data_cfg: Any, episodes_dir: str | Path, metrics_path: str | Pat
     source = data.pop("source", None)
     gen_cfg = build(GeneratorConfig, data.pop("generator", {}), "data.generator")
     alfred_cfg = build(AlfredConfig, data, "data")
-    if source == "generated":
-        metrics = run_prepare_generated(gen_cfg, episodes_dir)
-    elif source == "alfred":
-        metrics = run_prepare_alfred(alfred_cfg, episodes_dir)
-    else:
+    if source not in ("generated", "alfred"):
         raise ConfigError(f"data.source: {source!r} is not one of ['generated', 'alfred']")
+    # the whole folder is swapped in at the end (dvc.yaml keeps outputs in place until then: persist)
+    with atomic_directory(episodes_dir) as tmp:
+        if source == "generated":
+            metrics = run_prepare_generated(gen_cfg, tmp)
+        else:
+            metrics = run_prepare_alfred(alfred_cfg, tmp)
     metrics = {**metrics, "source": source}
-    write_json_atomic(metrics_path, metrics)
+    write_metrics(metrics_path, metrics, {"source": True, "splits": {"*": {"episodes": True}}})
     return metrics

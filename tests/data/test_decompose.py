@@ -89,7 +89,7 @@ def test_run_decompose_writes_splits_and_metrics(tmp_path, episodes):
     assert len(train) == sum(len(e["expert_plan"]) for e in episodes["train"]) == m["train"]["samples"]
     assert len(read_jsonl(tmp_path / "out" / "val.jsonl")) == 10 == m["val"]["samples"]
     assert sum(m["train"]["per_task_type"].values()) == len(train)
-    assert json.loads((tmp_path / "m.json").read_text()) == m
+    assert json.loads((tmp_path / "m.details.json").read_text()) == m
     assert not list((tmp_path / "out").glob("*.tmp")) and not list((tmp_path / "out").glob(".*"))
 
 

@@ -118,7 +118,7 @@ def test_grpo_sigkilled_at_random_points_resumes_to_the_uninterrupted_result(tmp
     had_checkpoint = (root / "work" / "latest").exists()
 
     rerun = run_to_end(GRPO, args, root / "rerun.log")
-    m = json.loads((root / "metrics.json").read_text())
+    m = json.loads((root / "metrics.details.json").read_text())
     assert m["updates"] == ref["updates"] and m["buffers"] == ref["buffers"], replay
     assert m["counters"] == ref["counters"] and m["filter"] == ref["filter"], replay
     assert _history(m) == _history(ref), replay  # losses, rewards, filter counts: the same trajectory
@@ -243,7 +243,7 @@ def test_evaluate_sigkilled_at_random_points_resumes_to_the_same_report(tmp_path
 
     rerun = run_to_end(EVALUATE, args, root / "rerun.log")
     assert ("already done" in rerun.output) is (done > 0), replay
-    m = json.loads((root / "eval.json").read_text())
+    m = json.loads((root / "eval.details.json").read_text())
     assert m["table"] == ref["table"], replay
     for name in ref["models"]:
         assert m["models"][name]["interactive"] == ref["models"][name]["interactive"], (name, replay)

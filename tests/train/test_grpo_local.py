@@ -33,7 +33,7 @@ def test_end_to_end_changes_weights_and_writes_metrics(data, tmp_path):
     # the saved folder is a complete checkpoint, tokenizer included
     assert (tmp_path / "out" / "tokenizer.json").exists() and (tmp_path / "out" / "config.json").exists()
 
-    on_disk = json.loads((tmp_path / "metrics.json").read_text())
+    on_disk = json.loads((tmp_path / "metrics.details.json").read_text())
     assert on_disk["updates"] == 4 and len(on_disk["history"]) == 4
     assert [r["update"] for r in on_disk["history"]] == [1, 2, 3, 4]
     first = on_disk["history"][0]

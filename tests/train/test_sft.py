@@ -261,7 +261,7 @@ def test_sigkilled_process_resumes_and_matches(tmp_path: Path, text_setup) -> No
     assert killed.returncode == -signal.SIGKILL and not (tmp_path / "b" / "sft").exists()
     resumed = run(tmp_path / "b")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert json.loads((tmp_path / "b" / "m.json").read_text())["resumed_from_step"] == 6
+    assert json.loads((tmp_path / "b" / "m.details.json").read_text())["resumed_from_step"] == 6
     a, b = _state(tmp_path / "a" / "sft"), _state(tmp_path / "b" / "sft")
     for n in a:
         assert torch.allclose(a[n], b[n], rtol=1e-4, atol=1e-6), n

@@ -28,13 +28,52 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: Mode of every file written here: what ``open()`` would give (0o666 less the umask), not mkstemp's 0o600.
+FILE_MODE = 0o666 & ~_umask()
+DIR_MODE = 0o777 & ~_umask()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
+    """Delete the temp files :func:`atomic_open` left next to ``path`` in processes that are gone (killed
+    mid-write): ``.<name>.<pid>.<random>.tmp`` whose ``pid`` no longer runs. Returns what was removed."""
+    path = Path(path)
+    own = re.compile(rf"\.{re.escape(path.name)}\.(\d+)\.[A-Za-z0-9_]+\.tmp")
+    removed = []
+    for cand in path.parent.glob(f".{path.name}.*.tmp"):
+        m = own.fullmatch(cand.name)
+        if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+            with contextlib.suppress(FileNotFoundError):
+                cand.unlink()
+                removed.append(cand)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[Any]:
-    """Open a temp file next to ``path``; on clean exit fsync and rename it onto ``path``."""
+    """Open a temp file next to ``path``; on clean exit fsync and rename it onto ``path`` (mode
+    :data:`FILE_MODE`). Temps of earlier writers that were killed are removed first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_stale_temps(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
             yield fh
             fh.flush()
@@ -73,8 +112,12 @@ def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp folder next to ``target``; move it onto ``target`` on success."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tag = uuid.uuid4().hex[:8]
-    tmp = target.with_name(f".{target.name}.tmp-{tag}")
+    own = re.compile(rf"\.{re.escape(target.name)}\.tmp-(\d+)-[0-9a-f]{{8}}")
+    for stale in target.parent.glob(f".{target.name}.tmp-*"):  # a killed writer's half-built folder
+        m = own.fullmatch(stale.name)
+        if m and stale.is_dir() and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+            shutil.rmtree(stale, ignore_errors=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     tmp.mkdir()
     try:
         yield tmp
@@ -105,6 +148,7 @@ def save_pretrained_atomic(model: Any, tokenizer_or_processor: Any, out_dir: str
         if stale.is_dir() and own.fullmatch(stale.name):
             shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    os.chmod(tmp, DIR_MODE)  # mkdtemp's 0o700 would become the checkpoint folder's mode
     try:
         model.save_pretrained(tmp)
         tokenizer_or_processor.save_pretrained(tmp)
@@ -121,8 +165,10 @@ def save_pretrained_atomic(model: Any, tokenizer_or_processor: Any, out_dir: str
 
 
 __all__ = [
+    "FILE_MODE",
     "atomic_directory",
     "atomic_open",
+    "remove_stale_temps",
     "replace_directory",
     "save_pretrained_atomic",
     "write_json_atomic",

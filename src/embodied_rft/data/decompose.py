@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embodied_rft.core.atomic import atomic_open, write_json_atomic
+from embodied_rft.core.atomic import atomic_directory, atomic_open
+from embodied_rft.core.metrics import write_metrics
 from embodied_rft.core.subset import seeded_subset
 from embodied_rft.schema import format_label
 
@@ -294,30 +295,35 @@ def run_decompose(
     from embodied_rft.world.episode import check_expert_plan
 
     episodes_dir, out_dir = Path(episodes_dir), Path(out_dir)
-    image_dir = out_dir / "images" if cfg.images else None
     if prompt_cfg.observation == "image" and not cfg.images:
         raise DataError("prompt.observation=image needs decompose.images=true (the prompt refers to a rendered frame)")
     metrics: dict[str, Any] = {"config": {"train_split": cfg.train_split, "val_split": cfg.val_split}}
-    for name, split, cap in (
-        ("train", cfg.train_split, cfg.max_train_samples),
-        ("val", cfg.val_split, cfg.max_val_samples),
-    ):
-        path = episodes_dir / f"{split}.jsonl"
-        lines = [(f"{path}:{n}", rec) for n, rec in iter_jsonl(path)]
-        eps = [check_expert_plan(rec, w) for w, rec in lines]
-        if not eps:
-            raise DataError(f"{path}: no episodes in split '{split}'; check data settings or decompose.{name}_split")
-        wheres = [w for w, _ in lines]
-        recovery = cfg.recovery_per_episode if name == "train" else 0
-        samples = decompose_episodes(eps, prompt_cfg, image_dir, f"decompose {name}", wheres, recovery, cfg.seed)
-        if name == "train":
-            samples = _steps_per_episode(samples, cfg.steps_per_episode, cfg.seed)
-        samples = seeded_subset(samples, cap, cfg.seed)
-        with atomic_open(out_dir / f"{name}.jsonl") as fh:
-            for s in samples:
-                fh.write(json.dumps(s, ensure_ascii=False, separators=(",", ":")) + "\n")
-        metrics[name] = _split_metrics(samples)
-        log.info("decompose %s: %d samples from %d episodes", name, len(samples), len(eps))
+    # train.jsonl, val.jsonl and images/ are swapped in together at the end (dvc.yaml keeps the outputs in
+    # place until then: persist), so a failed run leaves the previous samples whole
+    with atomic_directory(out_dir) as tmp:
+        image_dir = tmp / "images" if cfg.images else None
+        for name, split, cap in (
+            ("train", cfg.train_split, cfg.max_train_samples),
+            ("val", cfg.val_split, cfg.max_val_samples),
+        ):
+            path = episodes_dir / f"{split}.jsonl"
+            lines = [(f"{path}:{n}", rec) for n, rec in iter_jsonl(path)]
+            eps = [check_expert_plan(rec, w) for w, rec in lines]
+            if not eps:
+                raise DataError(
+                    f"{path}: no episodes in split '{split}'; check data settings or decompose.{name}_split"
+                )
+            wheres = [w for w, _ in lines]
+            recovery = cfg.recovery_per_episode if name == "train" else 0
+            samples = decompose_episodes(eps, prompt_cfg, image_dir, f"decompose {name}", wheres, recovery, cfg.seed)
+            if name == "train":
+                samples = _steps_per_episode(samples, cfg.steps_per_episode, cfg.seed)
+            samples = seeded_subset(samples, cap, cfg.seed)
+            with atomic_open(tmp / f"{name}.jsonl") as fh:
+                for s in samples:
+                    fh.write(json.dumps(s, ensure_ascii=False, separators=(",", ":")) + "\n")
+            metrics[name] = _split_metrics(samples)
+            log.info("decompose %s: %d samples from %d episodes", name, len(samples), len(eps))
     if any(
         json.loads(line).get("source") == "alfred" for line in _first_line(episodes_dir / f"{cfg.train_split}.jsonl")
     ):
@@ -332,7 +338,7 @@ def run_decompose(
                 "48.6k high-level steps -> 43.9k), so counts differ by the expansion and the filter"
             ),
         }
-    write_json_atomic(metrics_path, metrics)
+    write_metrics(metrics_path, metrics, {"train": {"samples": True}, "val": {"samples": True}})
     return metrics
 
 

@@ -16,6 +16,9 @@ from typing import Literal
 from ..config import check
 from ..generation.config import GenerationConfig
 
+# the checkpoints the pipeline builds: evaluate.models names them, paths.<name>_model holds each
+MODEL_NAMES = ("base", "sft", "grpo")
+
 
 @dataclass(frozen=True)
 class EvalConfig:
@@ -23,7 +26,7 @@ class EvalConfig:
     splits: tuple[str, ...] = ("valid_seen",)
     # at most this many episodes per split, a seeded subsample balanced across subsets (0 = all; EB: 50 per subset)
     max_episodes: int = 60
-    # models to evaluate, by paths key: base -> paths.base_model, sft -> paths.sft_model, grpo -> paths.grpo_model
+    # models to evaluate, by paths key (one of MODEL_NAMES): base -> paths.base_model, sft -> paths.sft_model, grpo -> paths.grpo_model
     models: tuple[str, ...] = ("base", "sft", "grpo")
     # reference policies added to the report: expert (replays the expert plan: the harness's upper bound) and
     # random (random actions: its lower bound); cheap, no model involved
@@ -59,6 +62,12 @@ class EvalConfig:
         check(len(self.splits) >= 1, "splits", "name at least one episode split, e.g. [valid_seen]")
         check(self.max_episodes >= 0, "max_episodes", f"must be >= 0 (0 = all), got {self.max_episodes}")
         check(len(set(self.models)) == len(self.models), "models", f"names must be unique, got {list(self.models)}")
+        unknown = [m for m in self.models if m not in MODEL_NAMES]
+        check(
+            not unknown,
+            "models",
+            f"unknown model name(s) {unknown}; each names a paths.<name>_model checkpoint, one of {list(MODEL_NAMES)}",
+        )
         for p in self.reference_policies:
             check(p in ("expert", "random"), "reference_policies", f"{p!r} is not one of ['expert', 'random']")
         check(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from embodied_rft.config import ConfigError, as_dict
 from embodied_rft.core.atomic import write_json_atomic, write_text_atomic
+from embodied_rft.core.metrics import write_metrics
 from embodied_rft.core.subset import seeded_subset
 from embodied_rft.data.prompt import PromptConfig
 from embodied_rft.evaluate.aggregate import aggregate, paired
@@ -48,6 +49,16 @@ from embodied_rft.world.episode import read_episodes
 log = logging.getLogger(__name__)
 
 PLOT_FILE = "evaluate_success_by_subset.json"
+
+
+# what metrics/eval.json shows (per-episode and per-task-type results, timing, config and lineage are in
+# metrics/eval.details.json)
+EVAL_HEADLINE = {
+    "episodes": True,
+    # success (%) by subset and on average, for the trained models (the reference rows are in the details)
+    "table": {"base": True, "sft": True, "grpo": True},
+    "paired": {"*": {"episodes": True, "only_a": True, "only_b": True, "gap": True, "p_mcnemar": True}},
+}
 
 
 def select_episodes(episodes: Sequence[dict], limit: int, seed: int) -> list[dict]:
@@ -219,7 +230,7 @@ def run_evaluate(
             f"{c['gap']:+.1f} pts on the same {c['episodes']} episodes: {c['only_b']} solved by {b} alone, "
             f"{c['only_a']} by {a} alone, {c['both']} by both; exact McNemar p = {c['p_mcnemar']:.3g}"
         )
-    write_json_atomic(metrics_path, metrics)
+    write_metrics(metrics_path, metrics, EVAL_HEADLINE)
     write_text_atomic(report_path, render_markdown(results, notes))
     write_json_atomic(Path(plots_dir) / PLOT_FILE, plot_rows(results))
     return metrics

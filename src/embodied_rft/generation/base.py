@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 import importlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -51,6 +51,10 @@ class Completion:
     finish_reason: Literal["stop", "length"]
 
 
+class GenerationCancelled(RuntimeError):
+    """A generation stopped early because its ``should_stop`` callback said so."""
+
+
 class Generator(abc.ABC):
     """A loaded model that turns chat conversations into responses.
 
@@ -80,8 +84,11 @@ class Generator(abc.ABC):
         top_p: float | None = None,
         n: int = 1,
         seed: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> list[list[Completion]]:
-        """``n`` completions for each conversation of ``batch``, in input order."""
+        """``n`` completions for each conversation of ``batch``, in input order. ``should_stop`` is polled
+        while decoding (about once per generated token); when it returns True the call raises
+        :class:`GenerationCancelled` (a server uses it for a client that left or a request past its time)."""
 
     def generate(
         self,

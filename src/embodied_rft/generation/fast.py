@@ -14,6 +14,7 @@ Other model types (vision-language models, other families) raise a ValueError th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +45,27 @@ class FastGenerator(HFGenerator):
         self.sampler = FastSampler(DecoderLM(self.model))
 
     def _generate_batch(
-        self, texts: list[str], images: list[Any], mnt: int, temp: float, tp: float, n: int, seed: int
+        self,
+        texts: list[str],
+        images: list[Any],
+        mnt: int,
+        temp: float,
+        tp: float,
+        n: int,
+        seed: int,
+        should_stop: Callable[[], bool] | None = None,
     ) -> list[list[Completion]]:
         # the chat template already wrote any BOS token; don't let the tokenizer add another
         ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
         out = self.sampler.sample(
-            ids, n, max_new_tokens=mnt, temperature=temp, top_p=tp, eos_ids=self.eos_ids, seed=seed
+            ids,
+            n,
+            max_new_tokens=mnt,
+            temperature=temp,
+            top_p=tp,
+            eos_ids=self.eos_ids,
+            seed=seed,
+            should_stop=should_stop,
         )
         return [
             [self._completion(t, len(prompt)) for t in group] for prompt, group in zip(ids, out.tokens, strict=True)

@@ -14,12 +14,13 @@ seeded with ``torch.manual_seed(seed + batch index)`` so a call is reproducible 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from .base import (
     Completion,
+    GenerationCancelled,
     Generator,
     ImagesArg,
     Messages,
@@ -109,6 +110,20 @@ class HFGenerator(Generator):
             enc = self.tokenizer(texts, padding=True, return_tensors="pt", add_special_tokens=False)
         return {k: v.to(self.device) if hasattr(v, "to") else v for k, v in enc.items()}
 
+    @property
+    def context_length(self) -> int:
+        """Positions the model was built for (prompt + completion), 0 when the config does not say."""
+        cfg = self.model.config
+        cfg = getattr(cfg, "text_config", None) or cfg
+        return int(getattr(cfg, "max_position_embeddings", 0) or 0)
+
+    def count_prompt_tokens(self, messages: Messages, images: list[Any] | None = None) -> int:
+        """Tokens of one conversation's templated prompt, as :meth:`complete` would feed it."""
+        text, ordered = self._prompt(messages, list(images or []))
+        if self.processor is not None:
+            return int(self._encode([text], ordered)["input_ids"].shape[1])
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
     # ---- generation -----------------------------------------------------------------------------
     def complete(
         self,
@@ -120,6 +135,7 @@ class HFGenerator(Generator):
         top_p: float | None = None,
         n: int = 1,
         seed: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> list[list[Completion]]:
         mnt, temp, tp, sd = self._resolve(max_new_tokens, temperature, top_p, seed, n)
         per_images = per_conversation_images(batch, images)
@@ -132,16 +148,31 @@ class HFGenerator(Generator):
             idx = order[start : start + bs]
             texts = [prompts[i][0] for i in idx]
             imgs = [im for i in idx for im in prompts[i][1]]
-            outs = self._generate_batch(texts, imgs, mnt, temp, tp, n, sd + b)
+            outs = self._generate_batch(texts, imgs, mnt, temp, tp, n, sd + b, should_stop)
             for i, cs in zip(idx, outs, strict=True):
                 results[i] = cs
         return [r if r is not None else [] for r in results]
 
     def _generate_batch(
-        self, texts: list[str], images: list[Any], mnt: int, temp: float, tp: float, n: int, seed: int
+        self,
+        texts: list[str],
+        images: list[Any],
+        mnt: int,
+        temp: float,
+        tp: float,
+        n: int,
+        seed: int,
+        should_stop: Callable[[], bool] | None = None,
     ) -> list[list[Completion]]:
         import torch
         from transformers import GenerationConfig as HFGenConfig
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        class _Cancel(StoppingCriteria):
+            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+                if should_stop():
+                    raise GenerationCancelled("generation cancelled")
+                return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
         enc = self._encode(texts, images)
         greedy = temp == 0.0
@@ -160,7 +191,8 @@ class HFGenerator(Generator):
         if not greedy:
             torch.manual_seed(seed)
         with torch.inference_mode():
-            out = self.model.generate(**enc, generation_config=gen_cfg)
+            stopping = StoppingCriteriaList([_Cancel()]) if should_stop is not None else None
+            out = self.model.generate(**enc, generation_config=gen_cfg, stopping_criteria=stopping)
         prompt_len = enc["input_ids"].shape[1]
         prompt_tokens = enc["attention_mask"].sum(dim=1).tolist()
         new = out[:, prompt_len:].tolist()

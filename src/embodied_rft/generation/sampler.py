@@ -28,11 +28,12 @@ How, and why each part (measured in ``bench/bench_sampler.py``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from .base import GenerationCancelled
 from .decoder import DecoderLM
 
 
@@ -95,6 +96,7 @@ class FastSampler:
         top_p: float = 1.0,
         eos_ids: Iterable[int],
         seed: int = 0,
+        should_stop: Callable[[], bool] | None = None,
     ) -> Samples:
         if not prompts:
             return Samples([], [])
@@ -208,6 +210,8 @@ class FastSampler:
                 if new is not None:
                     parts.append(new)
             logits = parts[0] if len(parts) == 1 else torch.cat(parts)
+            if should_stop is not None and should_stop():
+                raise GenerationCancelled("generation cancelled")
         tokens: list[list[list[int]]] = []
         lps: list[list[torch.Tensor]] = []
         for p in range(n_prompts):

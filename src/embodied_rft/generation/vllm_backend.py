@@ -17,7 +17,7 @@ attention kernels need a supported head size (e.g. 64: a tiny model with head_di
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +106,10 @@ class VLLMGenerator(Generator):
         top_p: float | None = None,
         n: int = 1,
         seed: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> list[list[Completion]]:
+        # vLLM's offline LLM.generate cannot be interrupted from here; a request past its time is cut by the
+        # server's max_tokens cap and per-request budget check after the call
         mnt, temp, tp, sd = self._resolve(max_new_tokens, temperature, top_p, seed, n)
         greedy = temp == 0.0
         params = self._vllm.SamplingParams(

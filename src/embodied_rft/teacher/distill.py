@@ -37,7 +37,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from embodied_rft.core.atomic import atomic_open, write_json_atomic
+from embodied_rft.core.atomic import atomic_open
+from embodied_rft.core.metrics import write_metrics
 from embodied_rft.schema import parse_sample
 
 from ..data.jsonl import DataError, read_jsonl, require
@@ -53,6 +54,18 @@ log = logging.getLogger(__name__)
 
 _GAVE_UP_WARNINGS = 20
 _LISTED = 100  # left-out sample ids listed per reason in the metrics (the counts are always complete)
+
+
+# what metrics/distill.json shows (request counts, failures by kind and timing are in metrics/distill.details.json)
+DISTILL_HEADLINE = {
+    "model": True,
+    "validate": True,
+    "accepted": True,
+    "acceptance_rate": True,
+    "kept_gold_rate": True,
+    "answers_new": True,
+    "endpoint_down": True,
+}
 
 
 def _note(ids: dict[str, list[str]], reason: str, sample: dict) -> None:
@@ -245,7 +258,7 @@ def run_distill(
         finally:
             teacher.close()
     metrics["seconds"] = round(time.monotonic() - t0, 2)
-    write_json_atomic(metrics_path, metrics)
+    write_metrics(metrics_path, metrics, DISTILL_HEADLINE)
     return metrics
 
 

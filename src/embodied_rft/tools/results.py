@@ -60,7 +60,7 @@ def render(metrics_dir: str | Path) -> str:
     h = grpo.get("heldout") or {}
     pr = h.get("paired", {})
     rw, af = pr.get("reward", {}), pr.get("accuracy_full", {})
-    cfg = grpo.get("config", {})
+    cfg = _load(d, "grpo.details").get("config", {})  # the run's settings are beside its headline numbers
     lines = [
         f"Success rate (%) by EB-ALFRED subset, {splits} episodes — **symbolic-simulator proxy results**, not",
         "EmbodiedBench numbers (`metrics/eval.json`, `reports/eval.md`):",

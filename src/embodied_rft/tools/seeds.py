@@ -39,6 +39,7 @@ import yaml
 
 from embodied_rft.core.atomic import write_json_atomic
 from embodied_rft.core.digest import json_digest
+from embodied_rft.core.metrics import details_path
 from embodied_rft.evaluate.aggregate import mcnemar_exact
 
 log = logging.getLogger(__name__)
@@ -170,6 +171,13 @@ def _mean_sd(values: list[float]) -> tuple[float, float]:
     return m, sd
 
 
+def _record(metrics_file: Path) -> dict:
+    """A stage's complete record: ``<name>.details.json`` beside its headline metrics file when there is one
+    (metrics written before the split held everything themselves)."""
+    details = details_path(metrics_file)
+    return json.loads((details if details.exists() else metrics_file).read_text("utf-8"))
+
+
 def _interactive(eval_json: dict, model: str) -> dict[str, float]:
     """``{"overall": rate, "<subset>": rate, ...}`` (percent, as eval.json) for one model of one eval.json."""
     inter = ((eval_json.get("models") or {}).get(model) or {}).get("interactive")
@@ -187,8 +195,7 @@ def summarise(runs: dict[int, Path], ablation: bool) -> dict[str, Any]:
     pairs: dict[str, list[dict]] = {}
     held_pairs: list[dict] = []  # grpo.json heldout.paired per seed (prompt-by-prompt, SFT vs GRPO)
     for _seed, root in sorted(runs.items()):
-        ev_file = root / "metrics" / "eval.json"
-        ev = json.loads(ev_file.read_text("utf-8"))
+        ev = _record(root / "metrics" / "eval.json")
         for key, name in PAIRS.items():
             c = (ev.get("paired") or {}).get(key)
             if c is not None:
@@ -199,11 +206,11 @@ def summarise(runs: dict[int, Path], ablation: bool) -> dict[str, Any]:
         if ablation:
             abl_file = root / "ablation_no_sft" / "metrics" / "eval.json"
             if abl_file.exists():
-                for name, v in _interactive(json.loads(abl_file.read_text("utf-8")), "grpo").items():
+                for name, v in _interactive(_record(abl_file), "grpo").items():
                     per_model.setdefault(ABLATION[0], {}).setdefault(name, []).append(v)
         grpo_file = root / "metrics" / "grpo.json"
         if grpo_file.exists():
-            held = json.loads(grpo_file.read_text("utf-8")).get("heldout") or {}
+            held = _record(grpo_file).get("heldout") or {}
             for when in ("before", "after"):
                 for k in ("reward_mean", "exact_plan_rate"):
                     v = (held.get(when) or {}).get(k)

@@ -41,10 +41,7 @@ Requests are served one generation at a time (a transformers model is not thread
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
 import hmac
-import io
 import json
 import logging
 import os
@@ -52,184 +49,62 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from embodied_rft.config import ConfigError, check
+from embodied_rft.config import ConfigError
+from embodied_rft.generation.base import GenerationCancelled
+from embodied_rft.tools.chat_request import RequestError, ServeConfig, _apply_stop, parse_chat_request
 
 log = logging.getLogger(__name__)
 
-_ROLES = {"system", "user", "assistant", "developer"}
+
+class ClientGone(Exception):
+    """The client closed its connection while its request was generating: nobody to answer."""
 
 
-@dataclass(frozen=True)
-class ServeConfig:
-    # name clients put in "model" (EB picks its code path by this name); default: the checkpoint folder's name
-    model_name: str = "embodied-rft"
-    # largest accepted request body, bytes (a 600x600 PNG frame as base64 is ~0.5 MB)
-    max_request_bytes: int = 8 * 1024 * 1024
-    # max_tokens above this are lowered to it (EB asks for 2048)
-    max_tokens_cap: int = 1024
-    # max_tokens when the request gives none (then capped like any other)
-    default_max_tokens: int = 512
-    # largest image accepted, pixels (width x height), checked before decoding
-    max_image_pixels: int = 4096 * 4096
-    # most completions per request ("n")
-    max_n: int = 8
-    # seconds a client may take to send its request
-    timeout_s: float = 60.0
+class _BoundedServer(ThreadingHTTPServer):
+    """A threading server that serves at most ``limit`` connections at once; one more is answered 503 at once
+    and closed, so a flood of connections cannot become a flood of threads."""
 
-    def __post_init__(self) -> None:
-        check(bool(self.model_name), "model_name", "must be a non-empty name")
-        for key in ("max_request_bytes", "max_tokens_cap", "default_max_tokens", "max_image_pixels", "max_n"):
-            check(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
-        check(self.timeout_s > 0, "timeout_s", f"must be > 0 seconds, got {self.timeout_s}")
+    def __init__(self, addr: Any, handler: Any, limit: int) -> None:
+        self._slots = threading.BoundedSemaphore(limit)
+        super().__init__(addr, handler)
 
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            body = json.dumps(
+                {
+                    "error": {
+                        "message": "the server is at its connection limit; retry shortly",
+                        "type": "server_error",
+                        "param": None,
+                        "code": "server_busy",
+                    }
+                }
+            ).encode()
+            head = (
+                f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+                "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+            ).encode()
+            try:
+                request.sendall(head + body)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
 
-class RequestError(Exception):
-    """A client error: HTTP status, message, the offending parameter, and an OpenAI-style type/code."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        param: str | None = None,
-        code: str | None = None,
-        etype: str = "invalid_request_error",
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.etype = status, message, param, code, etype
-
-
-def _decode_image(url: str, where: str, max_pixels: int) -> Any:
-    from PIL import Image, UnidentifiedImageError
-
-    if not url.startswith("data:"):
-        raise RequestError(
-            400,
-            f"{where}: only data: URLs are accepted (the server makes no network requests)",
-            where,
-            "invalid_image_url",
-        )
-    head, sep, payload = url.partition(",")
-    if not sep or ";base64" not in head:
-        raise RequestError(400, f"{where}: expected data:<mime>;base64,<data>", where, "invalid_image_url")
-    try:
-        raw = base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        raise RequestError(400, f"{where}: the base64 data is malformed", where, "invalid_image_url") from None
-    try:
-        im = Image.open(io.BytesIO(raw))  # reads the header only: the size is known before any decoding
-        w, h = im.size
-        if w * h > max_pixels:
-            raise RequestError(
-                413, f"{where}: image is {w}x{h} = {w * h} pixels; the limit is {max_pixels}", where, "image_too_large"
-            )
-        im.load()
-        return im.convert("RGB")
-    except RequestError:
-        raise
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
-        raise RequestError(400, f"{where}: not a readable image", where, "invalid_image") from None
-
-
-def _number(body: dict, key: str, lo: float, hi: float, default: float | None, integer: bool = False) -> Any:
-    v = body.get(key)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
-        raise RequestError(
-            400, f"'{key}' must be {'an integer' if integer else 'a number'}, got {json.dumps(v)[:40]}", key
-        )
-    if not lo <= v <= hi:
-        raise RequestError(400, f"'{key}' must be in [{lo:g}, {hi:g}], got {v}", key)
-    return v
-
-
-def parse_chat_request(body: Any, cfg: ServeConfig, supports_images: bool) -> tuple[list[dict], list[Any], dict]:
-    """(messages, images, sampling) from a decoded request body; RequestError on anything malformed."""
-    if not isinstance(body, dict):
-        raise RequestError(400, "the request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str):
-        raise RequestError(400, "'model' is required and must be a string", "model")
-    if model != cfg.model_name:
-        raise RequestError(
-            404,
-            f"model {model!r} does not exist; this server serves {cfg.model_name!r}",
-            "model",
-            "model_not_found",
-            "not_found_error",
-        )
-    if body.get("stream"):
-        raise RequestError(400, "streaming is not supported; send stream=false", "stream")
-    msgs = body.get("messages")
-    if not isinstance(msgs, list) or not msgs:
-        raise RequestError(400, "'messages' must be a non-empty list", "messages")
-    out: list[dict] = []
-    images: list[Any] = []
-    for i, m in enumerate(msgs):
-        where = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise RequestError(400, f"{where} must be an object", where)
-        role = m.get("role")
-        if role not in _ROLES:
-            raise RequestError(
-                400, f"{where}.role must be one of {sorted(_ROLES)}, got {json.dumps(role)[:40]}", f"{where}.role"
-            )
-        content = m.get("content")
-        if content is None and role == "assistant":
-            content = ""
-        if isinstance(content, str):
-            parts: Any = content
-        elif isinstance(content, list):
-            parts = []
-            for j, p in enumerate(content):
-                pw = f"{where}.content[{j}]"
-                ptype = p.get("type") if isinstance(p, dict) else None
-                if ptype == "text" and isinstance(p.get("text"), str):
-                    parts.append({"type": "text", "text": p["text"]})
-                elif ptype == "image_url":
-                    iu = p.get("image_url")
-                    url = iu.get("url") if isinstance(iu, dict) else iu
-                    if not isinstance(url, str):
-                        raise RequestError(400, f"{pw}.image_url.url must be a string", f"{pw}.image_url")
-                    if not supports_images:
-                        raise RequestError(
-                            400, f"{pw}: this model reads text only; it cannot take images", pw, "images_not_supported"
-                        )
-                    images.append(_decode_image(url, pw, cfg.max_image_pixels))
-                    parts.append({"type": "image", "image": images[-1]})
-                else:
-                    raise RequestError(400, f"{pw} must be a text part or an image_url part", pw)
-        else:
-            raise RequestError(400, f"{where}.content must be a string or a list of content parts", f"{where}.content")
-        out.append({"role": "system" if role == "developer" else role, "content": parts})
-    cap = cfg.max_tokens_cap
-    mt = _number(body, "max_completion_tokens", 1, 1 << 30, None, integer=True)
-    if mt is None:
-        mt = _number(body, "max_tokens", 1, 1 << 30, cfg.default_max_tokens, integer=True)
-    stop = body.get("stop")
-    if stop is not None and not (
-        isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(s, str) for s in stop) and len(stop) <= 4)
-    ):
-        raise RequestError(400, "'stop' must be a string or a list of at most 4 strings", "stop")
-    sampling = {
-        "max_new_tokens": min(int(mt), cap),
-        "temperature": float(_number(body, "temperature", 0.0, 2.0, 1.0)),
-        "top_p": float(_number(body, "top_p", 1e-9, 1.0, 1.0)),
-        "n": int(_number(body, "n", 1, cfg.max_n, 1, integer=True)),
-        "seed": _number(body, "seed", -(1 << 63), (1 << 63) - 1, None, integer=True),
-        "stop": [stop] if isinstance(stop, str) else (stop or []),
-    }
-    return out, images, sampling
-
-
-def _apply_stop(text: str, stops: list[str]) -> tuple[str, bool]:
-    cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
-    return (text[:cut], True) if cut >= 0 else (text, False)
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class ChatServer:
@@ -244,8 +119,9 @@ class ChatServer:
         self.token = token
         self._lock = threading.Lock()
         self.created = int(time.time())
+        self.context_tokens = cfg.context_tokens or int(getattr(generator, "context_length", 0) or 0)
         handler = type("Handler", (_Handler,), {"server_ref": self, "timeout": cfg.timeout_s})
-        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd = _BoundedServer((host, port), handler, cfg.max_connections)
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -271,9 +147,10 @@ class ChatServer:
     def authorized(self, header: str | None) -> bool:
         if self.token is None:
             return True
-        if not header or not header.startswith("Bearer "):
+        scheme, _, credentials = (header or "").strip().partition(" ")
+        if scheme.lower() != "bearer":  # RFC 7235: the scheme is case-insensitive
             return False
-        return hmac.compare_digest(header[7:].strip().encode(), self.token.encode())
+        return hmac.compare_digest(credentials.strip().encode("utf-8", "replace"), self.token.encode())
 
     def models(self) -> dict:
         return {
@@ -283,11 +160,59 @@ class ChatServer:
             ],
         }
 
-    def chat(self, body: Any) -> dict:
+    def check_context(self, messages: list[dict], images: list[Any], max_new_tokens: int) -> int:
+        """The prompt's token count; RequestError 400 ``context_length_exceeded`` (OpenAI's code) when prompt
+        and completion do not fit the model's context, or the prompt exceeds ``max_prompt_tokens``."""
+        count = getattr(self.generator, "count_prompt_tokens", None)
+        if count is None:
+            return 0
+        try:
+            n = int(count(messages, images or None))
+        except (ValueError, TypeError) as exc:
+            raise RequestError(400, f"the messages cannot be templated for this model ({exc})", "messages") from None
+        ctx, cap = self.context_tokens, self.cfg.max_prompt_tokens
+        if cap and n > cap:
+            raise RequestError(
+                400,
+                f"the messages are {n} tokens; this server accepts prompts of at most {cap} tokens. Please "
+                "reduce the length of the messages.",
+                "messages",
+                "context_length_exceeded",
+            )
+        if ctx and n + max_new_tokens > ctx:
+            raise RequestError(
+                400,
+                f"This model's maximum context length is {ctx} tokens. However, you requested {n + max_new_tokens} "
+                f"tokens ({n} in the messages, {max_new_tokens} in the completion). Please reduce the length of the "
+                "messages or completion.",
+                "messages",
+                "context_length_exceeded",
+            )
+        return n
+
+    def chat(self, body: Any, client_gone: Any = None) -> dict:
+        """One chat completion. ``client_gone`` (a callable) is polled while generating: a client that left
+        stops its generation; so does the request's time budget (504)."""
         messages, images, s = parse_chat_request(
             body, self.cfg, bool(getattr(self.generator, "supports_images", False))
         )
-        with self._lock:
+        self.check_context(messages, images, s["max_new_tokens"])
+        deadline = time.monotonic() + self.cfg.request_budget_s
+        timeout = RequestError(
+            504,
+            f"the request took longer than the server's budget of {self.cfg.request_budget_s:g} s "
+            "(waiting for the model and generating); retry, or ask for fewer tokens",
+            None,
+            "timeout",
+            "server_error",
+        )
+        if not self._lock.acquire(timeout=self.cfg.request_budget_s):
+            raise timeout
+
+        def should_stop() -> bool:
+            return time.monotonic() > deadline or bool(client_gone and client_gone())
+
+        try:
             outs = self.generator.complete(
                 [messages],
                 [images] if images else None,
@@ -296,7 +221,14 @@ class ChatServer:
                 top_p=s["top_p"],
                 n=s["n"],
                 seed=s["seed"],
+                should_stop=should_stop,
             )[0]
+        except GenerationCancelled:
+            if client_gone and client_gone():
+                raise ClientGone() from None
+            raise timeout from None
+        finally:
+            self._lock.release()
         choices = []
         for i, c in enumerate(outs):
             text, stopped = _apply_stop(c.text, s["stop"])
@@ -383,7 +315,12 @@ class _Handler(BaseHTTPRequestHandler):
                 obj = json.loads(body)
             except (ValueError, UnicodeDecodeError) as exc:
                 raise RequestError(400, f"the request body is not valid JSON ({exc.__class__.__name__})") from None
-            self._send(200, self.server_ref.chat(obj))
+            except RecursionError:
+                raise RequestError(400, "the request body is nested too deeply") from None
+            self._send(200, self.server_ref.chat(obj, self._client_gone))
+        except ClientGone:
+            self.close_connection = True
+            log.info("client %s left before its answer; generation stopped", self.address_string())
         except RequestError as e:
             self._error(e)
         except Exception:  # noqa: BLE001 - a generation bug must answer 500, not kill the server
@@ -411,7 +348,31 @@ class _Handler(BaseHTTPRequestHandler):
             raise RequestError(
                 413, f"request body of {n} bytes exceeds the limit of {limit} bytes", None, "request_too_large"
             )
-        return self.rfile.read(n)
+        try:
+            data = self.rfile.read(n)
+        except TimeoutError:
+            self.close_connection = True
+            raise RequestError(
+                408,
+                f"the request body did not arrive within {self.server_ref.cfg.timeout_s:g} s",
+                None,
+                "request_timeout",
+            ) from None
+        if len(data) < n:
+            self.close_connection = True
+            raise RequestError(400, f"the body ended after {len(data)} of {n} bytes", None, "incomplete_body")
+        return data
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its side (readable with nothing to read) while we generate."""
+        import select
+        import socket
+
+        try:
+            ready, _, _ = select.select([self.connection], [], [], 0)
+            return bool(ready) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -437,6 +398,19 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--timeout-s", type=float, default=ServeConfig.timeout_s, help="seconds a client may take to send a request"
     )
+    p.add_argument("--max-prompt-tokens", type=int, default=0, help="longest prompt, tokens (0 = context - max_tokens)")
+    p.add_argument(
+        "--request-budget-s",
+        type=float,
+        default=ServeConfig.request_budget_s,
+        help="seconds one request may wait and generate before it gets 504 and its generation stops",
+    )
+    p.add_argument("--max-connections", type=int, default=ServeConfig.max_connections, help="connections at once")
+    p.add_argument(
+        "--allow-public-without-token",
+        action="store_true",
+        help="bind a non-loopback --host without --token-env (anyone who reaches it can use the model)",
+    )
     return p.parse_args(argv)
 
 
@@ -452,6 +426,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--token-env {a.token_env}: the environment variable is not set or empty", file=sys.stderr)
             return 2
     elif a.host not in ("127.0.0.1", "localhost", "::1"):
+        if not a.allow_public_without_token:
+            print(
+                f"--host {a.host}: a public address needs --token-env (or --allow-public-without-token to serve "
+                "it to anyone who can reach it)",
+                file=sys.stderr,
+            )
+            return 2
         log.warning("serving on %s without a token: anyone who can reach this address can use the model", a.host)
     model_dir = Path(a.model)
     if not (model_dir / "config.json").is_file():
@@ -465,6 +446,9 @@ def main(argv: list[str] | None = None) -> int:
             max_tokens_cap=cap,
             max_image_pixels=a.max_image_pixels,
             timeout_s=a.timeout_s,
+            max_prompt_tokens=a.max_prompt_tokens,
+            request_budget_s=a.request_budget_s,
+            max_connections=a.max_connections,
         )
     except ConfigError as exc:
         print(f"bad option: {exc}", file=sys.stderr)

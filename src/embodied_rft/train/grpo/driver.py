@@ -18,8 +18,9 @@ from typing import Any
 import torch
 
 from embodied_rft.config import as_dict
-from embodied_rft.core.atomic import save_pretrained_atomic, write_json_atomic
+from embodied_rft.core.atomic import save_pretrained_atomic
 from embodied_rft.core.digest import path_identity
+from embodied_rft.core.metrics import write_metrics
 from embodied_rft.core.subset import seeded_subset
 from embodied_rft.reward import RewardConfig
 from embodied_rft.train.grpo.checkpoint import fingerprint
@@ -191,11 +192,29 @@ def _loop(
     metrics = _metrics(cfg, eng, stop_reason, resumed, eval_after, time.perf_counter() - t_start)
     if states is not None:
         metrics["onpolicy"] = {**states[1], "prompts": n_train, "fraction": cfg.onpolicy.fraction}
-    write_json_atomic(metrics_path, metrics)
+    write_metrics(metrics_path, metrics, GRPO_HEADLINE)
     tracker.write_plots(plots_path)
     tracker.summary({k: v for k, v in metrics["final"].items() if isinstance(v, (int, float))})
     tracker.close()
     return metrics
+
+
+# what metrics/grpo.json shows (the rest — config, per-update history, counters, seconds — is in
+# metrics/grpo.details.json)
+GRPO_HEADLINE = {
+    "updates": True,
+    "heldout": {
+        "before": {"samples": True, "reward_mean": True, "exact_plan_rate": True},
+        "after": {"samples": True, "reward_mean": True, "exact_plan_rate": True},
+        "paired": {
+            "n": True,
+            "reward": {"up": True, "down": True, "mean_diff": True, "ci95": True, "p_sign": True},
+            "accuracy_full": {"only_a": True, "only_b": True, "p_mcnemar": True},
+        },
+    },
+    "filter": {"pass_rate": True},
+    "throughput": {"generated_tokens_per_s": True},
+}
 
 
 def _means(ev: dict) -> dict:

@@ -36,6 +36,7 @@ from typing import Any
 
 from embodied_rft.config import ConfigError, as_dict
 from embodied_rft.core.atomic import replace_directory, write_json_atomic, write_text_atomic
+from embodied_rft.core.metrics import write_metrics
 from embodied_rft.core.vision import VISION_MODULE_REGEX, freeze_vision, is_vision_model
 from embodied_rft.models import load_model
 from embodied_rft.models.factory import CARD
@@ -47,6 +48,16 @@ from embodied_rft.train.sft.resume import prepare_work_dir, run_fingerprint
 log = logging.getLogger(__name__)
 
 ValHook = Callable[[Any, Any], dict]
+
+
+# what metrics/sft.json shows (config, per-step log and the held-out example are in metrics/sft.details.json)
+SFT_HEADLINE = {
+    "steps": True,
+    "first_loss": True,
+    "final_loss": True,
+    "tokens_per_s": True,
+    "val": {"format_rate": True},
+}
 
 
 def _lora_config(cfg: SFTConfig, vision: bool) -> Any:
@@ -342,7 +353,7 @@ def run_sft(
                 )
             if val_hook is not None:
                 metrics["hook"] = val_hook(final, final_tok)
-        write_json_atomic(metrics_path, metrics)
+        write_metrics(metrics_path, metrics, SFT_HEADLINE)
         _write_plot(Path(plots_path), rows)
         if not cfg.keep_checkpoints:
             shutil.rmtree(work_dir, ignore_errors=True)
