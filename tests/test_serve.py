@@ -297,7 +297,7 @@ def test_cli_refuses_a_missing_token_or_checkpoint(tmp_path, monkeypatch, capsys
 
 
 def test_data_url_helper_round_trip():
-    from embodied_rft.tools.serve import _decode_image
+    from embodied_rft.tools.chat_request import _decode_image
 
     im = _decode_image(_data_url(tc.solid_png((40, 30))), "x", 10_000)
     assert im.size == (40, 30) and im.mode == "RGB"

@@ -169,8 +169,12 @@ def test_run_evaluate_end_to_end_and_resume(tmp_path):
     )
     with tc.one_thread():
         metrics = run_evaluate(cfg, **kw)
-    on_disk = json.loads((tmp_path / "metrics" / "evaluate.json").read_text())
+    on_disk = json.loads((tmp_path / "metrics" / "evaluate.details.json").read_text())
     assert on_disk["table"] == metrics["table"]
+    # the metrics file holds the headline: the trained models' table and the paired tests, no per-episode data
+    head = json.loads((tmp_path / "metrics" / "evaluate.json").read_text())
+    assert head["table"] == {k: v for k, v in metrics["table"].items() if k in ("base", "sft", "grpo")}
+    assert "models" not in head and "config" not in head
     assert metrics["label"] == PROXY_LABEL and metrics["episodes"] == {"total": 3, "per_split": {"valid_seen": 3}}
     table = metrics["table"]
     assert list(table) == ["base", "sft", "expert", "random"]

@@ -51,6 +51,14 @@ def test_one_line_with_the_dotted_key_and_exit_2(repo_root, stage, override, mes
     assert "Traceback" not in r.stderr and "+sft" not in r.stderr and "HYDRA_FULL_ERROR" not in r.stderr
 
 
+def test_the_dvc_way_with_params_yaml_is_checked_too(repo_root):
+    # dvc.yaml runs stages with --config-dir . --config-name params: the keys come from params.yaml
+    r = _stage(repo_root, "sft", "--config-dir", ".", "--config-name", "params", "sft.max_step=3")
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == (
+        "error: sft.max_step: unknown key; did you mean 'max_steps'?"
+    )
+
+
 def test_full_error_shows_the_traceback(repo_root):
     r = _stage(repo_root, "sft", "sft.lr=-1", full_error=True)
     assert r.returncode != 0 and "Traceback" in r.stderr and "ConfigError" in r.stderr

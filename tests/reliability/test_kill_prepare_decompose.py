@@ -63,20 +63,23 @@ def test_prepare_killed_mid_write_and_at_random_leaves_no_partial_file(tmp_path)
             whole_json(root / "prepare.json")
 
         if mode == "mid_write":
-            k = kill_mid_write(PREPARE, _prepare_args(root), root / "kill.log", out, watch=watch)
+            # the splits are written into a sibling temp folder that is swapped in whole at the end
+            k = kill_mid_write(
+                PREPARE, _prepare_args(root), root / "kill.log", root, watch=watch, pattern=".episodes.tmp-*/.*.tmp"
+            )
         else:
             (k,) = kill_repeatedly(PREPARE, _prepare_args(root), root, rng, ref.work_s, watch, kills=1)
         assert k.killed, f"{mode}: the child finished before the kill ({replay})"
         assert k.checks > 0
-        # what a reader sees: only complete split files, never a metrics file without all three splits
+        # what a reader sees: no episodes folder, or the whole one — never a partial set of splits
         visible = {p.name for p in visible_files(out)}
-        assert visible <= {f"{s}.jsonl" for s in SPLITS}, (visible, replay)
+        assert visible in (set(), {f"{s}.jsonl" for s in SPLITS}), (visible, replay)
         if mode == "mid_write":
-            assert len(visible) < 3 and not (root / "prepare.json").exists()
-        leftovers = [p.name for p in out.glob(".*")] if out.is_dir() else []
-        assert all(n.endswith(".tmp") for n in leftovers), leftovers  # hidden, never read as an output
+            assert not out.exists() and not (root / "prepare.json").exists()
+            assert list(root.glob(".episodes.tmp-*")), "the killed run's half-built folder (hidden)"
 
         run_to_end(PREPARE, _prepare_args(root), root / "rerun.log")
+        assert not list(root.glob(".episodes.tmp-*")), "the rerun removes the killed run's temp folder"
         for s in SPLITS:
             assert (out / f"{s}.jsonl").read_bytes() == want[s], (mode, s, replay)
         assert json.loads((root / "prepare.json").read_text()) == json.loads(
@@ -127,15 +130,26 @@ def test_decompose_killed_mid_write_and_at_random_leaves_no_partial_file(tmp_pat
 
         if mode == "mid_write":
             # killed while train.jsonl, the stage's main output, is being written
-            k = kill_mid_write(DECOMPOSE, args(root), root / "kill.log", out, watch=watch, pattern=".train.jsonl.*.tmp")
+            k = kill_mid_write(
+                DECOMPOSE,
+                args(root),
+                root / "kill.log",
+                root,
+                watch=watch,
+                pattern=".decomposed.tmp-*/.train.jsonl.*.tmp",
+            )
         else:
             (k,) = kill_repeatedly(DECOMPOSE, args(root), root, rng, ref.work_s, watch, kills=1)
         assert k.killed, f"{mode}: the child finished before the kill ({replay})"
         assert not (root / "decompose.json").exists()  # the metrics are written last
         if mode == "mid_write":
-            assert not (out / "train.jsonl").exists() and not (out / "val.jsonl").exists() and len(seen) > 0
+            # nothing visible yet: the samples and frames so far sit in the hidden temp folder
+            assert not out.exists() and not seen
+            (half,) = root.glob(".decomposed.tmp-*")
+            assert any((half / "images").iterdir())
 
         run_to_end(DECOMPOSE, args(root), root / "rerun.log")
+        assert not list(root.glob(".decomposed.tmp-*")), "the rerun removes the killed run's temp folder"
         for n in ("train", "val"):
             assert (out / f"{n}.jsonl").read_bytes() == want[n], (mode, n, replay)
         got = {p.name: p.read_bytes() for p in (out / "images").iterdir() if not p.name.startswith(".")}

@@ -225,3 +225,15 @@ def test_bf16_on_one_gpu(data, tmp_path):
     assert m["updates"] == 2
     assert all(torch.isfinite(torch.tensor(r["loss"])) for r in m["history"])
     assert m["history"][0]["ratio_mean"] == pytest.approx(1.0, abs=1e-2)  # bf16 forward passes agree to ~1e-2
+
+
+def test_two_runs_of_one_config_give_the_same_weights_with_two_threads(data, tmp_path):
+    """grpo.deterministic (on by default): with 2 intra-op threads, backward sums in a fixed order, so a rerun of
+    the same config is the same run (without it the default 2-thread config drifted apart from update 3 on)."""
+    cfg = tiny_cfg(max_updates=4, num_threads=2, eval_max_samples=0)
+    assert cfg.deterministic
+    run(cfg, sft_policy(), data, tmp_path / "a")
+    run(cfg, sft_policy(), data, tmp_path / "b")
+    wa, wb = _weights(tmp_path / "a" / "out"), _weights(tmp_path / "b" / "out")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert not torch.are_deterministic_algorithms_enabled()  # restored after the run

@@ -60,8 +60,11 @@ def run_grpo_local(
     reward = reward or RewardConfig()
     t_start = time.perf_counter()
     threads = torch.get_num_threads()
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
+    if cfg.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         return _run(
             cfg,
@@ -79,6 +82,7 @@ def run_grpo_local(
         )
     finally:
         torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(was_deterministic)
 
 
 def _run(
