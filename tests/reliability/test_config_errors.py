@@ -16,7 +16,7 @@ def _stage(repo_root, name: str, *overrides: str, full_error: bool = False) -> s
     if full_error:
         env["HYDRA_FULL_ERROR"] = "1"
     return subprocess.run(
-        [sys.executable, "-m", f"stages.{name}", *overrides, "hydra.run.dir=."],
+        [sys.executable, "-m", f"stages.{name}", *overrides, "hydra.run.dir=.", "hydra.output_subdir=null"],
         cwd=repo_root,
         env=env,
         capture_output=True,

@@ -1,0 +1,70 @@
+"""Metrics files hold headline numbers only, each with its complete record beside it: `dvc metrics show` is a
+table a person can read (it was 8 rows x ~1,500 columns, lines of ~80,000 characters), and every headline number
+is the same number as in the stage's details file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from embodied_rft.core.metrics import details_path, pick, write_metrics
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _metric_files() -> list[Path]:
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    out = []
+    for st in stages.values():
+        for entry in st.get("metrics") or []:
+            path = next(iter(entry)) if isinstance(entry, dict) else entry
+            out.append(REPO / path.replace("${paths.metrics_dir}", params["paths"]["metrics_dir"]))
+    return out
+
+
+def test_every_committed_metrics_file_is_a_headline_of_its_details():
+    files = _metric_files()
+    assert len(files) == 7
+    for f in files:
+        head = json.loads(f.read_text())
+        if not details_path(f).exists():  # a stage with only a few numbers (base) writes them all as metrics
+            assert len(_flat(head)) <= 10, f.name
+            continue
+        full = json.loads(details_path(f).read_text())
+        flat_head, flat_full = _flat(head), _flat(full)
+        assert len(flat_head) <= 45, (f.name, len(flat_head))
+        assert {k: flat_full.get(k) for k in flat_head} == flat_head, f.name  # the same numbers
+        assert len(flat_full) > len(flat_head), f.name
+
+
+def test_dvc_metrics_show_is_a_short_table():
+    r = subprocess.run(
+        [sys.executable, "-m", "dvc", "metrics", "show"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 8 and max(map(len, lines)) < 2500  # one row per metrics file
+
+
+def test_write_metrics_picks_the_headline_and_keeps_the_record(tmp_path):
+    record = {"updates": 3, "config": {"lr": 1e-4}, "models": {"a": {"x": 1, "y": 2}, "b": {"x": 3, "y": 4}}}
+    head = write_metrics(tmp_path / "m.json", record, {"updates": True, "models": {"*": {"x": True}}})
+    assert head == {"updates": 3, "models": {"a": {"x": 1}, "b": {"x": 3}}}
+    assert json.loads((tmp_path / "m.json").read_text()) == head
+    assert json.loads((tmp_path / "m.details.json").read_text()) == record
+    assert pick(record, {"missing": True, "config": True}) == {"config": {"lr": 1e-4}}
