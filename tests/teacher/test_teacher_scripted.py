@@ -10,7 +10,8 @@ import pytest
 
 from embodied_rft.data.response import RESPONSE_KEYS, parse_response
 from embodied_rft.teacher import ScriptedConfig, validate_answer
-from embodied_rft.teacher.scripted import ScriptedTeacher, corrupt, nl_steps, parse_label
+from embodied_rft.teacher.errors import corrupt
+from embodied_rft.teacher.scripted import ScriptedTeacher, nl_steps, parse_label
 from tests.helpers.teacher_fixtures import make_samples
 
 SAMPLES = make_samples(24)  # 24 episodes, ~200 samples
@@ -138,7 +139,7 @@ def test_brief_verbosity_keeps_all_fields_valid_and_short():
 
 
 def test_forget_open_drops_each_opening_and_its_closing_only():
-    from embodied_rft.teacher.scripted import forget_open
+    from embodied_rft.teacher.errors import forget_open
 
     plan = [
         (1, "find a Fridge"),
@@ -163,7 +164,7 @@ def test_forget_open_drops_each_opening_and_its_closing_only():
 
 @pytest.mark.parametrize("verbosity", ["full", "brief"])
 def test_forget_open_rate_is_a_systematic_habit_on_plans_that_open(verbosity):
-    from embodied_rft.teacher.scripted import forget_open
+    from embodied_rft.teacher.errors import forget_open
 
     rate = 0.6
     plain = ScriptedTeacher(ScriptedConfig(seed=5, verbosity=verbosity))
@@ -199,7 +200,7 @@ def test_make_error_writes_each_kind_as_a_valid_wrong_plan():
     import random
 
     from embodied_rft.teacher.config import ERROR_KINDS
-    from embodied_rft.teacher.scripted import LOOKALIKE_OBJECTS, LOOKALIKE_RECEPTACLES, make_error
+    from embodied_rft.teacher.errors import LOOKALIKE_OBJECTS, LOOKALIKE_RECEPTACLES, make_error
     from embodied_rft.world.actions import PUT_DOWN, split_action
 
     seen = Counter()

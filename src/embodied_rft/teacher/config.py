@@ -53,7 +53,7 @@ class ScriptedConfig:
         )
 
 
-# the planning mistakes of the scripted teacher's error model (embodied_rft.teacher.scripted.make_error)
+# the planning mistakes of the scripted teacher's error model (embodied_rft.teacher.errors.make_error)
 ERROR_KINDS = ("wrong_object", "wrong_receptacle", "skip_step", "extra_step", "swap_steps")
 DEFAULT_ERROR_MIX = {
     "wrong_object": 0.3,

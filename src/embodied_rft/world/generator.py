@@ -39,7 +39,7 @@ from pathlib import Path
 
 from embodied_rft.config import check
 from embodied_rft.core.atomic import write_jsonl_atomic
-from embodied_rft.schema import SUBSETS, TASK_TYPES
+from embodied_rft.schema import SPLITS, SUBSETS, TASK_TYPES
 from embodied_rft.world.actions import global_actions
 from embodied_rft.world.instructions import make_instruction
 from embodied_rft.world.layouts import POOLS, ROOMS, Layout, make_layouts
@@ -58,7 +58,6 @@ from embodied_rft.world.simulator import Simulator
 log = logging.getLogger(__name__)
 _GLOBAL_IDS = frozenset(global_actions())
 
-SPLITS = ("train", "valid_seen", "valid_unseen")
 # ALFRED gen/constants.py GOALS_VALID: the scene types each task type is generated in
 GOALS_VALID = {
     "pick_and_place_simple": ("kitchen", "living_room", "bedroom", "bathroom"),
