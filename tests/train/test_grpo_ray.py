@@ -7,12 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from embodied_rft.filtering import FilterConfig
 from embodied_rft.models import load_model
-from embodied_rft.train.grpo.config import GRPOConfig
 from embodied_rft.train.grpo.driver import run_grpo_local
 from embodied_rft.train.grpo.ray_workers import RayRollout
 from embodied_rft.train.grpo.rollout import PolicyIO, make_sampler, sample_groups
+from tests.helpers.grpo import tiny_cfg
 from tests.helpers.grpo_fixtures import grpo_samples, sft_policy, write_jsonl
 
 ray = pytest.importorskip("ray")
@@ -64,26 +63,7 @@ def test_actor_samples_what_the_trainer_would(local_ray, sampler):
 
 def test_engine_with_one_rollout_worker(local_ray, tmp_path: Path):
     data = write_jsonl(tmp_path / "d" / "train.jsonl", grpo_samples())
-    cfg = GRPOConfig(
-        group_size=4,
-        temperature=1.0,
-        max_new_tokens=80,
-        max_prompt_tokens=256,
-        rollout_batch_size=2,
-        lr=1e-4,
-        lr_scheduler="constant_with_warmup",
-        warmup_ratio=0.0,
-        filter=FilterConfig(buffer_size=2, updates_per_buffer=2),
-        train_batch_size=4,
-        micro_batch_size=4,
-        max_updates=4,
-        num_episodes=20,
-        save_every=0,
-        report_to=(),
-        eval_max_samples=0,
-        num_threads=1,
-        num_rollout_workers=1,
-    )
+    cfg = tiny_cfg(eval_max_samples=0, num_rollout_workers=1)
     m = run_grpo_local(
         cfg, sft_policy(), data, data, tmp_path / "out", tmp_path / "m.json", tmp_path / "p.csv", tmp_path / "w"
     )

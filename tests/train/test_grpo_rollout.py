@@ -11,9 +11,9 @@ import torch
 from embodied_rft.core.vision import freeze_vision
 from embodied_rft.filtering import FilterConfig
 from embodied_rft.models import load_model
-from embodied_rft.train.grpo.config import GRPOConfig
 from embodied_rft.train.grpo.driver import run_grpo_local
 from embodied_rft.train.grpo.rollout import PolicyIO, _cat_mm, _left_pad, _token_mm, sample_responses, sequence_logprobs
+from tests.helpers.grpo import tiny_cfg
 from tests.helpers.grpo_fixtures import grpo_samples, sft_policy, vl_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -90,25 +90,16 @@ def test_vision_tower_is_frozen():
 
 def test_vision_model_runs_through_the_engine(tmp_path: Path):
     policy, path = vl_data()
-    cfg = GRPOConfig(
+    cfg = tiny_cfg(
         group_size=2,
-        temperature=1.0,
         max_new_tokens=6,
         max_prompt_tokens=512,
-        rollout_batch_size=2,
-        lr=1e-4,
-        lr_scheduler="constant_with_warmup",
-        warmup_ratio=0.0,
         filter=FilterConfig(enabled=False, drop_zero_variance=False, buffer_size=2, updates_per_buffer=1),
-        train_batch_size=4,
         micro_batch_size=2,
         max_updates=1,
         num_episodes=1,
-        save_every=0,
-        report_to=(),
         eval_max_samples=2,
         eval_batch_size=2,
-        num_threads=1,
     )
     m = run_grpo_local(
         cfg, policy, path, path, tmp_path / "out", tmp_path / "m.json", tmp_path / "p.json", tmp_path / "w"
