@@ -88,6 +88,7 @@ def test_outputs_keep_normal_modes_and_killed_writers_temps_are_removed(tmp_path
     import subprocess
     import sys
 
+    from embodied_rft.core import atomic
     from embodied_rft.core.atomic import DIR_MODE, FILE_MODE, save_pretrained_atomic
 
     out = tmp_path / "sft.jsonl"
@@ -100,6 +101,7 @@ def test_outputs_keep_normal_modes_and_killed_writers_temps_are_removed(tmp_path
     orphan.write_text("half")
     live = tmp_path / f".sft.jsonl.{os.getpid()}.efgh5678.tmp"  # this process's own: not touched
     live.write_text("mine")
+    atomic._SWEPT.clear()  # the next run: a new process sweeps each folder at its first write
     write_json_atomic(out, {"a": 2})
     assert not orphan.exists() and live.exists() and json.loads(out.read_text()) == {"a": 2}
 

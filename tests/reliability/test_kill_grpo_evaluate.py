@@ -141,7 +141,17 @@ def test_what_a_save_killed_midway_leaves_is_removed_by_the_next_save(tmp_path):
     from embodied_rft.train.grpo.checkpoint import EngineState, load_checkpoint, save_checkpoint
 
     work, models = tmp_path / "work", tmp_path / "models"
-    dead = [work / ".ckpt-0000002.k3x9q1zz", models / ".grpo.a1b2c3d4", models / ".grpo.old-4242"]
+    import subprocess
+    import sys
+
+    gone = int(
+        subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout
+    )  # a writer that no longer runs
+    dead = [
+        work / ".ckpt-0000002.k3x9q1zz",
+        models / f".grpo.tmp-{gone}-a1b2c3d4",
+        models / f".grpo.old-{gone}-0badcafe",
+    ]
     kept = [work / "notes", models / ".grpo.work", models / "sft"]
     for d in dead + kept:
         d.mkdir(parents=True)

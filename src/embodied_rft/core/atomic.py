@@ -49,14 +49,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
-    """Delete the temp files :func:`atomic_open` left next to ``path`` in processes that are gone (killed
+_SWEPT: set[Path] = set()  # folders whose dead writers' temps this process has already removed
+_TEMP = re.compile(r"\..+\.(\d+)\.[A-Za-z0-9_]+\.tmp")
+
+
+def remove_stale_temps(folder: str | os.PathLike) -> list[Path]:
+    """Delete the temp files :func:`atomic_open` left in ``folder`` in processes that are gone (killed
     mid-write): ``.<name>.<pid>.<random>.tmp`` whose ``pid`` no longer runs. Returns what was removed."""
-    path = Path(path)
-    own = re.compile(rf"\.{re.escape(path.name)}\.(\d+)\.[A-Za-z0-9_]+\.tmp")
     removed = []
-    for cand in path.parent.glob(f".{path.name}.*.tmp"):
-        m = own.fullmatch(cand.name)
+    for cand in Path(folder).glob(".*.tmp"):
+        m = _TEMP.fullmatch(cand.name)
         if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
             with contextlib.suppress(FileNotFoundError):
                 cand.unlink()
@@ -70,7 +72,10 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     :data:`FILE_MODE`). Temps of earlier writers that were killed are removed first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(path)
+    folder = path.parent.resolve()
+    if folder not in _SWEPT:  # once per folder and process: a folder of thousands of frames is listed once
+        remove_stale_temps(folder)
+        _SWEPT.add(folder)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, FILE_MODE)
@@ -112,8 +117,8 @@ def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp folder next to ``target``; move it onto ``target`` on success."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    own = re.compile(rf"\.{re.escape(target.name)}\.tmp-(\d+)-[0-9a-f]{{8}}")
-    for stale in target.parent.glob(f".{target.name}.tmp-*"):  # a killed writer's half-built folder
+    own = re.compile(rf"\.{re.escape(target.name)}\.(?:tmp|old)-(\d+)-[0-9a-f]{{8}}")
+    for stale in target.parent.glob(f".{target.name}.*-*"):  # a killed writer's half-built or old folder
         m = own.fullmatch(stale.name)
         if m and stale.is_dir() and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
             shutil.rmtree(stale, ignore_errors=True)
@@ -130,7 +135,7 @@ def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
 def replace_directory(src: str | os.PathLike, target: str | os.PathLike) -> None:
     """Move folder ``src`` onto ``target`` (same file system), replacing what was there."""
     src, target = Path(src), Path(target)
-    old = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
+    old = target.with_name(f".{target.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     if target.exists():
         os.replace(target, old)
     os.replace(src, target)
@@ -138,30 +143,11 @@ def replace_directory(src: str | os.PathLike, target: str | os.PathLike) -> None
 
 
 def save_pretrained_atomic(model: Any, tokenizer_or_processor: Any, out_dir: str | Path) -> None:
-    """Save a Hugging Face checkpoint (model + tokenizer/processor) so ``out_dir`` is never half-written:
-    write a sibling temp folder, then swap it in with renames."""
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    # the temp (mkdtemp: 8 random characters) and old-<pid> folders of a save killed midway, and nothing else
-    own = re.compile(rf"\.{re.escape(out_dir.name)}\.(old-\d+|[a-z0-9_]{{8}})")
-    for stale in out_dir.parent.glob(f".{out_dir.name}.*"):
-        if stale.is_dir() and own.fullmatch(stale.name):
-            shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    os.chmod(tmp, DIR_MODE)  # mkdtemp's 0o700 would become the checkpoint folder's mode
-    try:
+    """Save a Hugging Face checkpoint (model + tokenizer/processor) so ``out_dir`` is never half-written
+    (:func:`atomic_directory`)."""
+    with atomic_directory(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer_or_processor.save_pretrained(tmp)
-        old = None
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-            os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 __all__ = [
