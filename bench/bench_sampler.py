@@ -42,7 +42,18 @@ def _fitted_default(work: Path, n: int) -> tuple[Path, Path]:
     return make_workload(work, n, fit_steps=30)
 
 
-def _load(model_dir: Path, samples: Path, n_prompts: int, max_prompt_tokens: int):
+# the default run's on-policy GRPO states (grpo.onpolicy, half of its prompts), when the workspace has them
+STATES = ROOT / ".cache" / "work" / "grpo_states" / "states.jsonl"
+
+
+def _spread(recs: list[dict], n: int) -> list[dict]:
+    step = max(1, len(recs) // max(n, 1))
+    return [recs[i] for i in range(0, step * n, step)][:n]
+
+
+def _load(model_dir: Path, samples: Path, n_prompts: int, max_prompt_tokens: int, states: Path | None = None):
+    """The model and ``n_prompts`` prompts spread over ``samples``; with ``states``, half of them from there (the
+    default GRPO stage's mix of decomposed prompts and on-policy states)."""
     from embodied_rft.models import load_model
     from embodied_rft.schema import read_samples
     from embodied_rft.train.grpo.rollout import PolicyIO
@@ -52,8 +63,12 @@ def _load(model_dir: Path, samples: Path, n_prompts: int, max_prompt_tokens: int
     io = PolicyIO(tok, max_prompt_tokens)
     io.add_model_eos(model)
     recs = read_samples(samples, what="bench")
-    step = max(1, len(recs) // n_prompts)
-    prompts = [io.encode(recs[i], i) for i in range(0, step * n_prompts, step)][:n_prompts]
+    if states is not None and states.exists():
+        half = n_prompts // 2
+        picked = _spread(recs, n_prompts - half) + _spread(read_samples(states, what="bench states"), half)
+    else:
+        picked = _spread(recs, n_prompts)
+    prompts = [io.encode(r, i) for i, r in enumerate(picked)]
     return model, io, prompts
 
 
@@ -126,11 +141,14 @@ def run(
     model_dir = Path(model) if model else ROOT / "models" / "sft"
     samples_path = Path(samples) if samples else ROOT / "data" / "decomposed" / "train.jsonl"
     label = "models/sft"
+    states = STATES if model is None and samples is None and STATES.exists() else None
     if not (model_dir / "config.json").exists() or not samples_path.exists():
         tmp = tempfile.TemporaryDirectory(prefix="bench-sampler-")
         model_dir, samples_path = _fitted_default(Path(tmp.name), prompts)
-        label = "fitted tiny"
-    lm, io, enc = _load(model_dir, samples_path, prompts, 256)
+        label, states = "fitted tiny", None
+    elif states is not None:
+        label = "models/sft, GRPO prompt mix"
+    lm, io, enc = _load(model_dir, samples_path, prompts, 256, states)
     gen = dict(temperature=temperature, top_p=1.0, max_new_tokens=max_new_tokens)
     rows = gemm_rows(lm, prompts * group_size, repeats)
 

@@ -3,7 +3,8 @@
 Each ``bench/bench_*.py`` exposes ``run(...) -> list[dict]`` rows with ``bench``, ``case``, a rate
 (``value`` or ``per_s``), ``unit``, and ``ratio`` against what it is compared with (``vs``, or the
 project's ``floor``). World, reward and ALFRED rows compare with a floor; SFT, GRPO, evaluation and
-decomposition rows compare with a reference implementation run side by side on the same inputs.
+decomposition rows compare with a reference implementation run side by side on the same inputs; Best-of-N rows
+(``bench_bon``) give each selector's cost per planner call as a multiple of greedy's.
 ``--quick`` shrinks every benchmark (a smoke run, not a measurement).
 """
 
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         default=None,
         help="comma-separated benchmark names (world, reward, decompose, alfred, sft, "
-        "sampler, grpo, eval); default: all",
+        "sampler, grpo, eval, bon); default: all",
     )
     ap.add_argument("--json", default=None, help="also write all rows here (bench, case, value, unit, ratio, vs)")
     args = ap.parse_args(argv)
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         ("bench_grpo", lambda m: m.run(updates=1 if q else 3)),
         ("bench_eval", lambda m: m.run(episodes=20 if q else 60, model_episodes=4 if q else 16)),
+        ("bench_bon", lambda m: m.run(episodes=8 if q else 24, max_new_tokens=120 if q else 160)),
     ]
     if args.only:
         wanted = {f"bench_{n.strip()}" for n in args.only.split(",") if n.strip()}

@@ -1,8 +1,9 @@
 """DVC stage `base`: the untrained policy -> models/base.
 
-For the tiny kinds the byte-level BPE tokenizer is trained on the distilled corpus (prompts and answers) and
-the model initialised from config; pretrained kinds are converted (GGUF) or copied. The base model is evaluated
-beside SFT and GRPO and is the start of the GRPO-without-SFT ablation.
+For the tiny kinds the byte-level BPE tokenizer is trained on the distilled corpus (prompts and answers; with
+``model.tokenizer_extra: [verification]`` also the VeGAS verifier's templates) and the model initialised from
+config; pretrained kinds are converted (GGUF) or copied. The base model is evaluated beside SFT and GRPO and is
+the start of the GRPO-without-SFT ablation.
 """
 
 import json
@@ -17,18 +18,23 @@ from embodied_rft.pipeline import stage_context
 from stages._hydra import stage_main
 
 
-def corpus(path: Path):
+def corpus(path: Path, extra: tuple[str, ...] = ()):
     for _, rec in iter_jsonl(path):
         for m in rec.get("messages", []):
             if isinstance(m.get("content"), str):
                 yield m["content"]
+    if "verification" in extra:  # model.tokenizer_extra: the VeGAS verifier's templates (docs/vegas.md §6)
+        from embodied_rft.vegas.templates import TEMPLATE_REPEAT, template_corpus
+
+        for _ in range(TEMPLATE_REPEAT):
+            yield from template_corpus()
 
 
 @stage_main
 def main(cfg) -> None:
     ctx = stage_context(cfg, "base")
     mcfg = build(ModelConfig, ctx.section("model"), "model")
-    out = build_base_model(mcfg, corpus(Path(ctx.paths.distilled)), ctx.paths.base_model)
+    out = build_base_model(mcfg, corpus(Path(ctx.paths.distilled), mcfg.tokenizer_extra), ctx.paths.base_model)
     card = json.loads((Path(out) / CARD).read_text())
     write_json_atomic(
         ctx.paths.metrics("base"),

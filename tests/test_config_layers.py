@@ -18,6 +18,8 @@ from embodied_rft.reward import RewardConfig
 from embodied_rft.teacher.config import TeacherConfig
 from embodied_rft.train.grpo.config import GRPOConfig
 from embodied_rft.train.sft.config import SFTConfig
+from embodied_rft.vegas.bon_config import BonConfig
+from embodied_rft.vegas.config import SynthConfig, VerifierConfig
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -57,6 +59,9 @@ CASES = [
     ("evaluate", lambda: yaml.safe_load((CONF / "evaluate" / "default.yaml").read_text()), EvalConfig),
     ("reward", lambda: yaml.safe_load((CONF / "reward" / "paper.yaml").read_text()), RewardConfig),
     ("teacher", lambda: yaml.safe_load((CONF / "teacher" / "scripted.yaml").read_text()), TeacherConfig),
+    ("synth", lambda: yaml.safe_load((CONF / "vegas" / "paper.yaml").read_text())["synth"], SynthConfig),
+    ("verifier", lambda: yaml.safe_load((CONF / "vegas" / "paper.yaml").read_text())["verifier"], VerifierConfig),
+    ("bon", lambda: yaml.safe_load((CONF / "vegas" / "paper.yaml").read_text())["bon"], BonConfig),
 ]
 
 

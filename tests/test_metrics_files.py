@@ -37,10 +37,15 @@ def _metric_files() -> list[Path]:
     return out
 
 
+# the VeGAS stages run outside `make repro` (`make bon`): their metrics exist once that has run
+OPTIONAL = {"synth.json", "verifier.json", "bon.json"}
+
+
 def test_every_committed_metrics_file_is_a_headline_of_its_details():
     files = _metric_files()
-    assert len(files) == 7
-    for f in files:
+    assert len(files) == 10 and {f.name for f in files} >= OPTIONAL
+    assert all(f.exists() for f in files if f.name not in OPTIONAL)
+    for f in (f for f in files if f.exists()):
         head = json.loads(f.read_text())
         if not details_path(f).exists():  # a stage with only a few numbers (base) writes them all as metrics
             assert len(_flat(head)) <= 10, f.name
@@ -58,7 +63,8 @@ def test_dvc_metrics_show_is_a_short_table():
     )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert len(lines) == 8 and max(map(len, lines)) < 2500  # one row per metrics file
+    # a header and one row per metrics file (a VeGAS file that `make bon` has not written yet: a row of "-")
+    assert len(lines) == 1 + len(_metric_files()) and max(map(len, lines)) < 2500
 
 
 def test_write_metrics_picks_the_headline_and_keeps_the_record(tmp_path):

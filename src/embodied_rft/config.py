@@ -138,8 +138,19 @@ def build(cls: type[T], mapping: Any, where: str) -> T:
         # __post_init__ checks may name a key relative to the section; report the full dotted key.
         msg = str(exc)
         if where and not msg.startswith(f"{where}.") and not msg.startswith(where.split(".")[0] + "."):
-            raise ConfigError(f"{where}.{msg}") from None
+            raise ConfigError(f"{where}.{_reanchor(msg, where)}") from None
         raise
+
+
+def _reanchor(msg: str, where: str) -> str:
+    """A nested section's check names its key from its own section (``sft.lr`` for ``verifier.sft``): the part
+    that repeats the end of ``where`` is dropped (``verifier.sft`` + ``sft.lr`` -> ``verifier.sft.lr``)."""
+    head = msg.split(":", 1)[0].split(".")
+    tail = where.split(".")
+    for k in range(min(len(head) - 1, len(tail)), 0, -1):
+        if head[:k] == tail[-k:]:
+            return msg[len(".".join(head[:k])) + 1 :]
+    return msg
 
 
 def as_dict(obj: Any) -> dict:

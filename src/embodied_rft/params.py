@@ -53,6 +53,8 @@ def section_configs(cfg: dict[str, Any]) -> dict[str, Any]:
     from .teacher.config import TeacherConfig
     from .train.grpo.config import GRPOConfig
     from .train.sft.config import SFTConfig
+    from .vegas.bon_config import BonConfig
+    from .vegas.config import SynthConfig, VerifierConfig
     from .world.generator import GeneratorConfig
 
     data = dict(cfg["data"])
@@ -71,6 +73,9 @@ def section_configs(cfg: dict[str, Any]) -> dict[str, Any]:
         ("grpo", GRPOConfig),
         ("reward", RewardConfig),
         ("evaluate", EvalConfig),
+        ("synth", SynthConfig),
+        ("verifier", VerifierConfig),
+        ("bon", BonConfig),
     ):
         out[key] = build(cls, cfg[key], key)
     return out

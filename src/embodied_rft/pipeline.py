@@ -49,6 +49,12 @@ class Paths:
     reports_dir: str = "reports"
     # resumable work dirs (checkpoints, per-episode results); not a DVC output
     work_dir: str = ".cache/work"
+    # verification records {train,val}.jsonl (synth)
+    verify_dir: str = "data/verify"
+    # persistent teacher-answer cache of the verification chains of thought (synth with synth.cot=teacher)
+    verify_cache: str = "data/verify_cache"
+    # the trained verifier (verifier)
+    verifier_model: str = "models/verifier"
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -81,6 +87,9 @@ STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "grpo": ("grpo_model", "metrics_dir", "plots_dir", "work_dir"),
     "evaluate": ("metrics_dir", "plots_dir", "reports_dir", "work_dir"),
     "plots": ("plots_dir",),
+    "synth": ("verify_dir", "verify_cache", "metrics_dir"),
+    "verifier": ("verifier_model", "metrics_dir", "plots_dir", "work_dir"),
+    "bon": ("metrics_dir", "plots_dir", "reports_dir", "work_dir"),
 }
 
 

@@ -40,6 +40,9 @@ Variants (``REWARDS``):
     (so a penalised k == 1 answer is not "full"), responses longer than ``max_chars`` are cut there, and
     R_match uses EB's ``ActionSpace(extra_actions)`` — the RR file matched against a fixed 225-entry
     ALFRED high-level map ("goto apple", "pickup apple", ...), which does not apply to EB actions.
+
+``regrpo`` — ReGRPO's λ_exec·success − η·reflection cost + λ_val·V (``regrpo/reward.py``, docs/regrpo.md §5); the
+other terms are the paper's, for logging; ``total`` may be negative.
 """
 
 from __future__ import annotations
@@ -51,11 +54,13 @@ import json
 import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
 
 from embodied_rft.config import check
 from embodied_rft.data.response import DEFAULT_MAX_CHARS, RESPONSE_KEYS, parse_response
+from embodied_rft.regrpo import reward as _regrpo
+from embodied_rft.regrpo.config import RegrpoRewardConfig
 from embodied_rft.world.actions import ActionSpace, global_actions
 
 logger = logging.getLogger(__name__)
@@ -91,6 +96,7 @@ class RewardBreakdown:
     n_gold: int = 0  # k: gold plan length (remaining actions a_n..a_k)
     n_steps: int = 0  # predicted executable_plan length (0 when there is no plan list)
     parsed: bool = False  # a JSON object was recovered from the response
+    reflection_tokens: int = 0  # variant regrpo: the reflection block's tokens (C = this / cost_tokens)
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -321,9 +327,19 @@ def score_rr_code(response: object, label: object, *, max_chars: int = DEFAULT_M
     return RewardBreakdown(structure, valid, match, accuracy, total, full, matched, k, n_steps, True)
 
 
+def score_regrpo(
+    response: object, label: object, *, max_chars: int = DEFAULT_MAX_CHARS, **opts: Any
+) -> RewardBreakdown:
+    """ReGRPO's reward (variant ``regrpo``; ``opts``: ``regrpo_terms``' coefficients, count_tokens, executed)."""
+    b = score_paper(response, label, max_chars=max_chars)
+    text = response[:max_chars] if isinstance(response, str) else response
+    success, tokens, total = _regrpo.regrpo_terms(b, text, **opts)
+    return dataclasses.replace(b, total=total, accuracy_full=success, reflection_tokens=tokens)
+
+
 RewardFn = Callable[..., RewardBreakdown]
-REWARDS: dict[str, RewardFn] = {"paper": score_paper, "rr_code": score_rr_code}
-Variant = Literal["paper", "rr_code"]
+REWARDS: dict[str, RewardFn] = {"paper": score_paper, "rr_code": score_rr_code, "regrpo": score_regrpo}
+Variant = Literal["paper", "rr_code", "regrpo"]
 
 
 def _reward_fn(variant: str) -> RewardFn:
@@ -334,26 +350,31 @@ def _reward_fn(variant: str) -> RewardFn:
 
 
 def score(
-    response: object, label: object, variant: str = "paper", *, max_chars: int = DEFAULT_MAX_CHARS
+    response: object, label: object, variant: str = "paper", *, max_chars: int = DEFAULT_MAX_CHARS, **options: Any
 ) -> RewardBreakdown:
     """Score one response against its sample's label. Never raises for any response or label; only an
-    unknown ``variant`` name raises ValueError."""
+    unknown ``variant`` name raises ValueError. ``options`` go to the variant (``regrpo``'s coefficients)."""
     fn = _reward_fn(variant)
     try:
-        return fn(response, label, max_chars=max_chars)
+        return fn(response, label, max_chars=max_chars, **options)
     except Exception:  # noqa: BLE001 - OpenRLHF swallows reward exceptions and lets the sample through
         _warn("score_crash", "reward %s failed on response %.200r; scoring 0", variant, response, exc_info=True)
         return _zero()
 
 
 def score_batch(
-    responses: Sequence[object], labels: Sequence[object], variant: str = "paper", *, max_chars: int = DEFAULT_MAX_CHARS
+    responses: Sequence[object],
+    labels: Sequence[object],
+    variant: str = "paper",
+    *,
+    max_chars: int = DEFAULT_MAX_CHARS,
+    **options: Any,
 ) -> list[RewardBreakdown]:
     """:func:`score` over aligned sequences (ValueError when their lengths differ)."""
     if len(responses) != len(labels):
         raise ValueError(f"score_batch: {len(responses)} responses but {len(labels)} labels")
     _reward_fn(variant)
-    return [score(r, lab, variant, max_chars=max_chars) for r, lab in zip(responses, labels)]
+    return [score(r, lab, variant, max_chars=max_chars, **options) for r, lab in zip(responses, labels)]
 
 
 @dataclass(frozen=True)
@@ -361,21 +382,28 @@ class RewardConfig:
     """The ``reward:`` config section."""
 
     # Which reward: "paper" = docs/facts.md §1.4 as written (the paper's; default); "rr_code" = the released
-    # RR reward file with its quirks (lower-cased name matching, k == 1 penalty), for ablations.
+    # RR reward file with its quirks (lower-cased name matching, k == 1 penalty), for ablations; "regrpo" =
+    # ReGRPO's success minus reflection cost (docs/regrpo.md).
     variant: Variant = "paper"
     # Characters of a response that are looked at; the rest is ignored (unit: characters). 64 Ki is four
     # times the paper's 4096-token generation cap; the paper had no cap.
     max_response_chars: int = DEFAULT_MAX_CHARS
+    # variant regrpo's coefficients (ignored by the other variants)
+    regrpo: RegrpoRewardConfig = field(default_factory=RegrpoRewardConfig)
 
     def __post_init__(self) -> None:
         check(self.variant in REWARDS, "reward.variant", f"{self.variant!r} is not one of {sorted(REWARDS)}")
         check(self.max_response_chars >= 1024, "reward.max_response_chars", "must be >= 1024 characters")
 
-    def score(self, response: object, label: object) -> RewardBreakdown:
-        return score(response, label, self.variant, max_chars=self.max_response_chars)
+    def score(
+        self, response: object, label: object, *, count_tokens: Any = None, executed: Any = None
+    ) -> RewardBreakdown:
+        opts = _regrpo.options(self, count_tokens=count_tokens, executed=executed)
+        return score(response, label, self.variant, max_chars=self.max_response_chars, **opts)
 
     def score_batch(self, responses: Sequence[object], labels: Sequence[object]) -> list[RewardBreakdown]:
-        return score_batch(responses, labels, self.variant, max_chars=self.max_response_chars)
+        opts = _regrpo.options(self)
+        return score_batch(responses, labels, self.variant, max_chars=self.max_response_chars, **opts)
 
 
 __all__ = [
@@ -388,5 +416,6 @@ __all__ = [
     "score",
     "score_batch",
     "score_paper",
+    "score_regrpo",
     "score_rr_code",
 ]

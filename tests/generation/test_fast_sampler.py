@@ -229,7 +229,7 @@ def test_cache_admission_and_compaction_keep_each_rows_tokens():
     cache = lm.gen_cache(6, 8, 2)
     cache.extend(torch.tensor([0, 1]))
     for step in range(3):  # two rows write columns 0..2
-        for t in (*cache.k, *cache.v):
+        for t in (*cache.k, *cache.v):  # views of the per-layer K/V tensor
             t[:2, :, step] = float(step + 1)
         cache.length += 1
     cache.extend(torch.tensor([2, 3]))  # two rows admitted: their tokens start at column 3
@@ -316,3 +316,27 @@ def test_chi_square_helper_rejects_a_wrong_distribution():
     assert math.isfinite(
         _chi_square_p(torch.tensor([3.0, 1.0, 0.0]), torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64))
     )
+
+
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
+def test_decode_step_shortcuts_are_bit_identical_to_the_module_path(family):
+    """The fused RMSNorm, the rotary lookup table and the sign-folded rotation compute what transformers'
+    modules compute, bit for bit (float32): not merely close, so greedy decoding cannot drift."""
+    from embodied_rft.generation.decoder import _rms, _rope, _rope_swapped
+
+    model = _tiny(family)
+    lm = DecoderLM(model)
+    norm = model.model.layers[0].input_layernorm
+    x = torch.randn(5, 7, model.config.hidden_size, generator=torch.Generator().manual_seed(3)) * 4
+    assert torch.equal(_rms(x, norm), norm(x))
+    table = lm.rope_table(40)
+    assert table is not None and table.size == 40
+    pos = torch.tensor([[0, 3, 17, 39]])
+    cos, sin = model.model.rotary_emb(x, pos)
+    assert torch.equal(table.cos[pos[0]], cos[0])
+    q = torch.randn(4, 6, lm.head_dim, generator=torch.Generator().manual_seed(4))
+    c, s = cos[0].unsqueeze(1), sin[0].unsqueeze(1)
+    assert torch.equal(_rope_swapped(q, c, table.sin_signed[pos[0]].unsqueeze(1)), _rope(q, c, s))
+    # a length-dependent rotary module has no table: decode_step then calls the module every step
+    model.model.rotary_emb.rope_type = "dynamic"
+    assert lm.rope_table(40) is None

@@ -168,14 +168,17 @@ def _inputs(n: int, seed: int):
 def _check(response: object, label: object) -> float:
     """Score with both variants, assert the invariants, return the slower call's time."""
     worst = 0.0
-    for fn in REWARDS.values():
+    for name, fn in REWARDS.items():
         t0 = time.thread_time()
         b = fn(response, label)
         dt = time.thread_time() - t0
         if dt > TIME_CAP_S:  # re-time: one slow call on a shared core is preemption, not the parser
             dt = min(dt, *(_time(fn, response, label) for _ in range(3)))
         worst = max(worst, dt)
-        assert 0.0 <= b.total <= 1.5, (response, label, b)
+        if name == "regrpo":  # success minus 0.1 per 100 reflection tokens (docs/regrpo.md §5)
+            assert b.total == pytest.approx(b.accuracy_full - 0.1 * b.reflection_tokens / 100), (response, b)
+        else:
+            assert 0.0 <= b.total <= 1.5, (response, label, b)
         assert (
             -0.25 <= b.accuracy <= 1.0 and 0 <= b.structure <= 0.125 and 0 <= b.valid <= 0.125 and 0 <= b.match <= 0.25
         )

@@ -103,6 +103,32 @@ def test_shared_prompt_update_has_the_padded_update_loss_and_gradient(loss_agg):
         assert torch.allclose(grads["shared_prompt"][n], g, atol=1e-5, rtol=1e-4), n
 
 
+def test_prompts_in_length_buckets_give_the_one_batch_states_and_gradients():
+    """Prompts of very different lengths run in length buckets (less padding); the responses' logits and every
+    parameter's gradient equal those of one left-padded batch."""
+    from embodied_rft.generation.decoder import DecoderLM, length_buckets
+
+    model, _ = _policy()
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(10, 300, (n,), generator=g).tolist() for n in (4, 170, 9, 160, 60, 6)]
+    assert len(length_buckets([len(p) for p in prompts], 3)) == 3
+    responses = [torch.randint(10, 300, (n,), generator=g).tolist() for n in (5, 12, 3, 8, 7, 9, 11)]
+    owner = [0, 1, 2, 3, 4, 5, 1]
+    out = {}
+    for buckets in (1, 3):
+        m = copy.deepcopy(model).train()
+        lm = DecoderLM(m)
+        logits, _, valid = lm.response_logits(lm.prompt_states(prompts, max_buckets=buckets), responses, owner)
+        w = torch.linspace(-1, 1, logits.shape[-1])
+        torch.log_softmax(logits, -1).mul(w).sum(-1)[valid].mean().backward()
+        out[buckets] = (logits.detach(), {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None})
+    (l1, g1), (l3, g3) = out[1], out[3]
+    assert torch.allclose(l3, l1, atol=1e-5)
+    assert g1.keys() == g3.keys() and len(g1) > 10
+    for n, grad in g1.items():
+        assert torch.allclose(g3[n], grad, atol=1e-5, rtol=1e-4), n
+
+
 def test_shared_prompt_forward_requires_a_supported_model():
     with pytest.raises(ValueError, match="grpo.update_forward=shared_prompt"):
         shared_prompt_lm(torch.nn.Linear(2, 2), "shared_prompt")

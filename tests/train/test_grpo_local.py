@@ -95,6 +95,33 @@ def test_filter_on_never_trains_a_zero_advantage_group(data, tmp_path):
     assert m["filter"]["rejected"] > 0  # the filter did have groups to reject
 
 
+def test_group_minibatches_take_whole_groups_and_cover_each_buffer_once(data, tmp_path):
+    # N_B = 3 groups of G = 4, 4 sequences per update: K_2 = 3 updates make one pass, one whole group each
+    cfg = tiny_cfg(
+        max_updates=6,
+        minibatch="groups",
+        filter=FilterConfig(buffer_size=3, updates_per_buffer=3),
+        train_batch_size=4,
+    )
+    batches = []
+
+    def on_update(info):
+        batches.append((info.update, [gi for gi, _ in info.rows], sorted(ri for _, ri in info.rows)))
+        # a whole group's advantages are centred: each update's advantages sum to zero
+        assert abs(sum(float(info.advantages[gi, ri]) for gi, ri in info.rows)) < 1e-5
+
+    m = run(cfg, sft_policy(), data, tmp_path, hooks={"on_update": on_update})
+    assert m["updates"] == 6
+    for _, gis, ris in batches:
+        assert len(set(gis)) == 1 and ris == [0, 1, 2, 3]
+    for first in (0, 3):  # each buffer's 3 updates are its 3 groups, each once
+        assert sorted(batches[first + k][1][0] for k in range(3)) == [0, 1, 2]
+    with pytest.raises(ConfigError, match="grpo.minibatch"):
+        tiny_cfg(minibatch="groups", train_batch_size=6, filter=FilterConfig(buffer_size=2, updates_per_buffer=2))
+    with pytest.raises(ConfigError, match="grpo.minibatch"):
+        tiny_cfg(minibatch="prompts")
+
+
 def test_counter_sees_zero_advantage_groups_when_nothing_filters(data, tmp_path):
     # untrained policy: every response scores 0, so every group has zero variance; with the filter and the
     # zero-variance drop off, the engine trains on them and its counter says so

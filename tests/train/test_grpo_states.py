@@ -95,6 +95,22 @@ def test_every_state_of_a_random_policy_has_a_gold_plan_that_reaches_the_goal():
         assert all(results) and sim.is_success(), s["sample_id"]
 
 
+def test_worker_processes_collect_the_same_states_in_the_same_order():
+    from embodied_rft.evaluate.policy import PolicySpec
+
+    eps = list(tc.episodes(n=7))
+    spec = PolicySpec("random", seed=5)
+    one, s1 = collect_states(spec, eps, PROMPT, LIMITS, batch_size=2)
+    two, s2 = collect_states(spec, eps, PROMPT, LIMITS, batch_size=2, workers=2)
+    assert len(one) > 7 and [x["sample_id"] for x in two] == [x["sample_id"] for x in one]
+    assert [x["label"] for x in two] == [x["label"] for x in one]
+    assert {k: v for k, v in s2.items() if k != "time_s"} == {k: v for k, v in s1.items() if k != "time_s"}
+    with pytest.raises(TypeError, match="policy spec"):
+        collect_states(RandomPolicy(seed=5), eps, PROMPT, LIMITS, batch_size=2, workers=2)
+    with pytest.raises(ConfigError, match="grpo.onpolicy.workers"):
+        OnPolicyConfig(workers=0)
+
+
 def test_mix_keeps_every_state_and_adds_decomposed_prompts_to_the_fraction():
     states = [{"sample_id": f"s{i}"} for i in range(10)]
     dec = [{"sample_id": f"d{i}"} for i in range(100)]

@@ -22,7 +22,7 @@ import re
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from embodied_rft.schema import format_label
 
 from ..config import check
 from ..progress import progress
+from ..regrpo.config import RotConfig
 from ..world.actions import N_GLOBAL, split_action
 from ..world.objects import TYPES
 from .jsonl import DataError, iter_jsonl
@@ -66,6 +67,9 @@ class DecomposeConfig:
     # after every failed action, so a policy trained only on clean expert histories meets histories it has
     # never seen as soon as it errs.
     recovery_per_episode: int = 0
+    # ReGRPO's reflection-of-thought engine for the recovery samples (regrpo/rot.py, docs/regrpo.md): executed
+    # near-misses of four error types with the simulator's feedback; off = the plain near misses below
+    rot: RotConfig = field(default_factory=RotConfig)
     # write a rendered PNG per sample (vision models); images/ next to the JSONL
     images: bool = False
     # seed for the subsampling above
@@ -76,6 +80,11 @@ class DecomposeConfig:
         check(self.max_train_samples >= 0, "decompose.max_train_samples", "must be >= 0 (0 = all)")
         check(self.steps_per_episode >= 0, "decompose.steps_per_episode", "must be >= 0 (0 = every step)")
         check(self.recovery_per_episode >= 0, "decompose.recovery_per_episode", "must be >= 0 (0 = none)")
+        check(
+            not self.rot.enabled or self.recovery_per_episode > 0,
+            "decompose.rot.enabled",
+            "needs decompose.recovery_per_episode > 0 (the steps that get a near-miss)",
+        )
         check(bool(self.train_split), "decompose.train_split", "must name an episode split, e.g. train")
 
 
@@ -91,9 +100,12 @@ def decompose_episode(
     where: str = "",
     recovery: int = 0,
     seed: int = 0,
+    rot: Any = None,
 ) -> Iterator[dict]:
     """Yield the k samples of one episode, executing its expert plan in the simulator, plus ``recovery``
-    samples after a mistaken action (``DecomposeConfig.recovery_per_episode``; ids ``<episode>:<step>:recover``).
+    samples after a mistaken action (``DecomposeConfig.recovery_per_episode``; ids ``<episode>:<step>:recover``):
+    decomposition's plain near misses, or with ``rot`` (a :class:`~embodied_rft.regrpo.rot.RotEngine`) the RoT
+    engine's, each with its ``rot`` field (docs/regrpo.md §4).
 
     Raises DataError when an expert action is unknown or fails (the episode is not replayable); ``where``
     (the episode's ``file:line``) prefixes the message.
@@ -121,23 +133,26 @@ def decompose_episode(
             ep, sid, n, k, sim, history, pairs[n:], extras, scene_types, prompt_cfg, image_dir, image_prefix
         )
         if n in recover:
-            mistake = _mistake(sim, pairs, n, random.Random(f"{seed}:{sid}:mistake"))
-            if mistake is not None:
-                after, entry = mistake
-                yield sample_record(
+            found = _recovery(rot, ep, sim, pairs, n, f"{seed}:{sid}")
+            if found is not None:
+                after, entry, remaining, meta = found
+                rec = sample_record(
                     ep,
                     sid + RECOVERY_SUFFIX,
                     n,
                     k,
                     after,
                     history + [entry],
-                    pairs[n:],
+                    remaining,
                     extras,
                     scene_types,
                     prompt_cfg,
                     image_dir,
                     image_prefix,
                 )
+                if meta is not None:
+                    rec["rot"] = meta
+                yield rec
         res = sim.step(aid)
         if not res.success:
             raise DataError(f"{at}: expert_plan[{n}] {name!r} failed in the simulator: {res.feedback}")
@@ -191,9 +206,9 @@ def _recovery_steps(episode_id: str, k: int, n: int, seed: int) -> set[int]:
     return set(random.Random(f"{seed}:{episode_id}:recover").sample(range(k), min(n, k)))
 
 
-def _mistake(sim, pairs: list[tuple[int, str]], n: int, rng: random.Random):
-    """(simulator after one plausible mistake at step n, its history entry), or None when no mistake tried
-    leaves the expert's remaining plan ``pairs[n:]`` able to reach the goal.
+def near_misses(sim, pairs: list[tuple[int, str]], n: int, rng: random.Random) -> list[tuple[int, str]]:
+    """The plausible mistakes at step n of the expert plan ``pairs``, in the order :func:`_mistake` tries them
+    (failure synthesis, ``vegas/synth.py``, draws from them too).
 
     The mistakes a policy makes: the next expert action taken too early (picking up before opening, putting
     down before finding), or finding the wrong thing -- another object of the kind the expert finds at this
@@ -208,14 +223,32 @@ def _mistake(sim, pairs: list[tuple[int, str]], n: int, rng: random.Random):
             finds.append((i, name))
     early = [pairs[n + 1]] if n + 1 < len(pairs) else []
     wrong = rng.sample(finds, min(3, len(finds)))
-    options = (wrong + early) if early and rng.random() < 0.5 else (early + wrong)
-    for aid, name in options:
+    return (wrong + early) if early and rng.random() < 0.5 else (early + wrong)
+
+
+def _mistake(sim, pairs: list[tuple[int, str]], n: int, rng: random.Random):
+    """(simulator after one plausible mistake at step n, its history entry), or None when no mistake tried
+    (:func:`near_misses`) leaves the expert's remaining plan ``pairs[n:]`` able to reach the goal."""
+    for aid, name in near_misses(sim, pairs, n, rng):
         after = sim.copy()
         res = after.step(aid)
         check_sim = after.copy()
         if all(check_sim.step(a).success for a, _ in pairs[n:]) and check_sim.is_success():
             return after, {"action_id": aid, "action_name": name, "feedback": res.feedback}
     return None
+
+
+def _recovery(rot: Any, ep: dict, sim, pairs: list[tuple[int, str]], n: int, key: str):
+    """(state after the mistake, its history entry, the label's plan, the ``rot`` field or None), or None."""
+    if rot is None:
+        mistake = _mistake(sim, pairs, n, random.Random(f"{key}:mistake"))
+        return None if mistake is None else (*mistake, pairs[n:], None)
+    got = rot.near_miss(ep, sim, pairs, n, random.Random(f"{key}:rot"))
+    if got is None:
+        return None
+    nm, feasible = got
+    entry = {"action_id": nm.action[0], "action_name": nm.action[1], "feedback": nm.feedback}
+    return nm.after, entry, nm.corrected, nm.meta(feasible)
 
 
 def decompose_episodes(
@@ -226,6 +259,7 @@ def decompose_episodes(
     wheres: Sequence[str] | None = None,
     recovery: int = 0,
     seed: int = 0,
+    rot: Any = None,
 ) -> list[dict]:
     """All samples of ``episodes``; ``wheres[i]`` (``file:line``) names episode i in errors."""
     eps = list(episodes)
@@ -233,7 +267,7 @@ def decompose_episodes(
     for i, ep in enumerate(progress(eps, desc=desc, unit="ep")):
         out.extend(
             decompose_episode(
-                ep, prompt_cfg, image_dir, where=wheres[i] if wheres else "", recovery=recovery, seed=seed
+                ep, prompt_cfg, image_dir, where=wheres[i] if wheres else "", recovery=recovery, seed=seed, rot=rot
             )
         )
     return out
@@ -315,7 +349,10 @@ def run_decompose(
                 )
             wheres = [w for w, _ in lines]
             recovery = cfg.recovery_per_episode if name == "train" else 0
-            samples = decompose_episodes(eps, prompt_cfg, image_dir, f"decompose {name}", wheres, recovery, cfg.seed)
+            rot = _rot_engine(cfg) if name == "train" and recovery else None
+            samples = decompose_episodes(
+                eps, prompt_cfg, image_dir, f"decompose {name}", wheres, recovery, cfg.seed, rot
+            )
             if name == "train":
                 samples = _steps_per_episode(samples, cfg.steps_per_episode, cfg.seed)
             samples = seeded_subset(samples, cap, cfg.seed)
@@ -323,6 +360,10 @@ def run_decompose(
                 for s in samples:
                     fh.write(json.dumps(s, ensure_ascii=False, separators=(",", ":")) + "\n")
             metrics[name] = _split_metrics(samples)
+            if rot is not None:
+                from ..regrpo.rot import report
+
+                metrics[name]["rot"] = report(rot, samples, {e["episode_id"]: e for e in eps}, cfg.seed)
             log.info("decompose %s: %d samples from %d episodes", name, len(samples), len(eps))
     if any(
         json.loads(line).get("source") == "alfred" for line in _first_line(episodes_dir / f"{cfg.train_split}.jsonl")
@@ -340,6 +381,14 @@ def run_decompose(
         }
     write_metrics(metrics_path, metrics, {"train": {"samples": True}, "val": {"samples": True}})
     return metrics
+
+
+def _rot_engine(cfg: DecomposeConfig) -> Any:
+    if not cfg.rot.enabled:
+        return None
+    from ..regrpo.rot import RotEngine
+
+    return RotEngine(cfg.rot)
 
 
 def _first_line(path: Path) -> list[str]:

@@ -9,7 +9,12 @@ Input: result records from :mod:`.episode`. Output: plain dicts for ``metrics/ev
   episode, which exceeds 1 when unreadable outputs dominate; ours stays a rate;
 - ``parse_failure_rate``: unreadable responses / planner calls;
 - ``avg_response_chars`` and, when the policy reports them, ``avg_response_tokens`` (per planner call);
-- ``end_reasons``: how episodes ended.
+- ``end_reasons``: how episodes ended;
+- ``repeat_after_failure_rate``: of the failed actions that another executed action follows, the share whose
+  next executed action has the same id (the policy retrying what the simulator just rejected);
+- ``recovered_next_call_rate`` / ``recovered_next_call_correct_rate``: of the planner calls that come right after
+  a failed action, the share whose first action executes / is labelled correct by the world oracle (a call with
+  no executable first action counts as not recovered; ``episode.py``). None when there is nothing to count.
 
 :func:`paired` compares two models on the episodes both played (the same held-out episodes, so the
 comparison is paired): how many each alone solved, the gap, and the exact two-sided McNemar p-value — with a
@@ -28,6 +33,39 @@ from embodied_rft.schema import SUBSETS, TASK_TYPES
 
 def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
+
+
+def failure_repeats(actions: Sequence[Sequence]) -> tuple[int, int]:
+    """(failed actions followed by another executed action, those whose next action has the same id)."""
+    followed = repeats = 0
+    for cur, nxt in zip(actions, actions[1:], strict=False):
+        if not cur[2]:
+            followed += 1
+            repeats += nxt[0] == cur[0]
+    return followed, repeats
+
+
+def _rate(num: int, den: int) -> float | None:
+    return round(num / den, 4) if den else None
+
+
+def behaviour(results: Sequence[dict]) -> dict:
+    """The repeat-after-failure and recovered-next-call rates of ``results`` (module docstring)."""
+    followed = repeats = 0
+    for r in results:
+        f, k = failure_repeats(r.get("actions") or [])
+        followed += f
+        repeats += k
+    # records written before the recovery counts existed have none: they are left out of those rates
+    rec = [r for r in results if "recovery_calls" in r]
+    calls = sum(r["recovery_calls"] for r in rec)
+    return {
+        "failures_followed": followed,
+        "repeat_after_failure_rate": _rate(repeats, followed),
+        "recovery_calls": calls,
+        "recovered_next_call_rate": _rate(sum(r["recovered_valid"] for r in rec), calls),
+        "recovered_next_call_correct_rate": _rate(sum(r["recovered_correct"] for r in rec), calls),
+    }
 
 
 def summarize(results: Sequence[dict]) -> dict:
@@ -51,9 +89,15 @@ def summarize(results: Sequence[dict]) -> dict:
         "parse_failure_rate": round(sum(r["parse_failures"] for r in results) / calls, 4) if calls else 0.0,
         "avg_response_chars": round(_mean(chars), 1),
         "end_reasons": dict(sorted(Counter(r["end_reason"] for r in results).items())),
+        **behaviour(results),
     }
     if tokens:
         out["avg_response_tokens"] = round(_mean(tokens), 1)
+    refl = [r["reflection"] for r in results if r.get("reflection")]
+    if refl:  # evaluate.reflection: free | regrpo (docs/regrpo.md §6)
+        from embodied_rft.regrpo.trigger import summarize as reflection_summary
+
+        out["reflection"] = reflection_summary(refl)
     return out
 
 

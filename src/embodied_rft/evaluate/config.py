@@ -53,6 +53,10 @@ class EvalConfig:
     resume: bool = True
     # the generation backend and sampling (greedy by default, as EmbodiedBench evaluates)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
+    # ReGRPO's inference trigger (regrpo/trigger.py, docs/regrpo.md §6): none (the policy's answer, as EB) | free
+    # (the same answers, with per-call reflection counts) | regrpo (a reflection only when the last action failed,
+    # the observation is empty or the answer's confidence is below the episode's running mean; one per call)
+    reflection: Literal["none", "free", "regrpo"] = "none"
     # per-model new-token caps overriding generation.max_new_tokens, e.g. {base: 48}: a randomly initialised
     # tiny model never emits its end token (docs/calibration.md §3.5), so on a CPU its 10 doomed planner calls
     # are capped

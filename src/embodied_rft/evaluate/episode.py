@@ -21,6 +21,13 @@ a plan cuts the plan there. Departures: responses are read with the project's to
 (``data.response.parse_response``: code fences, surrounding prose) where EB calls ``json.loads``, the same
 parser the reward uses; a plan step whose ``action_id`` is not an integer makes the whole response a parse
 failure, as it raises inside EB's ``json_to_action``.
+
+Two behaviour counts follow every failed action (docs/vegas.md §5): whether the next executed action repeats its
+id (``actions``, aggregated as the repeat-after-failure rate), and whether the next planner call recovers:
+``recovery_calls`` counts the planner calls that come right after a failed action, ``recovered_valid`` those
+whose first action executes, ``recovered_correct`` those whose first action the world oracle
+(``world/oracle.py``) labels correct. A call after a failure that yields no executable first action (unreadable,
+empty, out of range) is a call that did not recover.
 """
 
 from __future__ import annotations
@@ -86,6 +93,12 @@ class EpisodeRun:
         self.planner_calls = 0
         self.response_chars: list[int] = []
         self.response_tokens: list[int] = []
+        # the next planner call after a failed action: counted, and whether its first action executes / is correct
+        self._after_failure = False
+        self.recovery_calls = 0
+        self.recovered_valid = 0
+        self.recovered_correct = 0
+        self._oracle = None
         self.end_reason: str | None = None
         self._t0 = time.perf_counter()
 
@@ -114,6 +127,13 @@ class EpisodeRun:
         if completion_tokens is not None:
             self.response_tokens.append(int(completion_tokens))
         status, ids = read_plan(response, len(self.space))
+        if self._after_failure:
+            self._after_failure = False
+            self.recovery_calls += 1
+            if status == "ok":
+                judgement = self.oracle().judge(self.sim, ids[0])
+                self.recovered_valid += judgement.executes
+                self.recovered_correct += judgement.label == "correct"
         if status == "empty":
             self.end_reason = "empty_plan"
             return
@@ -136,8 +156,17 @@ class EpisodeRun:
                     self.end_reason = "success"
                     return
                 if not res.success:
+                    self._after_failure = True
                     break  # replan with the failure in the history
         self._check_limits()
+
+    def oracle(self):
+        """The episode's world oracle (built on first use)."""
+        if self._oracle is None:
+            from ..world.oracle import WorldOracle
+
+            self._oracle = WorldOracle(self.episode)
+        return self._oracle
 
     def _check_limits(self) -> None:
         if self.env_steps >= self.limits.max_env_steps:
@@ -166,6 +195,9 @@ class EpisodeRun:
             "response_tokens": self.response_tokens or None,
             "expert_plan_len": len(ep["expert_plan"]),
             "actions": [[aid, name, ok] for aid, name, ok in self.executed],
+            "recovery_calls": self.recovery_calls,
+            "recovered_valid": self.recovered_valid,
+            "recovered_correct": self.recovered_correct,
             "elapsed_s": round(time.perf_counter() - self._t0, 4),
         }
 
@@ -191,7 +223,10 @@ def run_lockstep(
         for r, resp, tok in zip(active, responses, tokens, strict=True):
             r.apply(resp if isinstance(resp, str) else "", tok)
             if r.done:
-                yield r.result()
+                rec = r.result()
+                if hasattr(policy, "episode_stats"):  # the ReGRPO trigger's counts (regrpo/trigger.py)
+                    rec["reflection"] = policy.episode_stats(rec["episode_id"])
+                yield rec
             else:
                 still.append(r)
         active = still

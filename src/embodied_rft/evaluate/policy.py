@@ -148,6 +148,8 @@ class PolicySpec:
     model_dir: str | None = None
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     seed: int = 0
+    # evaluate.reflection: none | free | regrpo (a model under ReGRPO's trigger, regrpo/trigger.py)
+    reflection: str = "none"
 
     def __post_init__(self) -> None:
         if self.kind == "model" and not self.model_dir:
@@ -160,4 +162,9 @@ class PolicySpec:
             return RandomPolicy(self.seed)
         from ..generation import make_generator
 
-        return ModelPolicy(make_generator(Path(str(self.model_dir)), self.generation))
+        gen = make_generator(Path(str(self.model_dir)), self.generation)
+        if self.reflection != "none":
+            from ..regrpo.trigger import ReflectionPolicy
+
+            return ReflectionPolicy(gen, self.reflection)
+        return ModelPolicy(gen)

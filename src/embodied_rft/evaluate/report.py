@@ -101,8 +101,8 @@ def render_markdown(models: Mapping[str, dict], notes: Mapping[str, str] | None 
         "",
         "## Behaviour (all evaluated episodes)",
         "",
-        "| model | episodes | success % | progress % | env steps | planner calls | invalid-action rate | parse-failure rate | response chars | response tokens |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | episodes | success % | progress % | env steps | planner calls | invalid-action rate | parse-failure rate | response chars | response tokens | repeat after failure | recovered next call (executes / correct) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, m in models.items():
         o = (m.get("interactive") or {}).get("overall", {})
@@ -111,7 +111,9 @@ def render_markdown(models: Mapping[str, dict], notes: Mapping[str, str] | None 
         lines.append(
             f"| {name} | {o['episodes']} | {o['success_rate']:.1f} | {o['progress']:.1f} | {o['avg_env_steps']:.1f} | "
             f"{o['avg_planner_calls']:.1f} | {o['invalid_action_rate']:.3f} | {o['parse_failure_rate']:.3f} | "
-            f"{o['avg_response_chars']:.0f} | {_cell(o.get('avg_response_tokens'), 0)} |"
+            f"{o['avg_response_chars']:.0f} | {_cell(o.get('avg_response_tokens'), 0)} | "
+            f"{_cell(o.get('repeat_after_failure_rate'), 3)} | {_cell(o.get('recovered_next_call_rate'), 3)} / "
+            f"{_cell(o.get('recovered_next_call_correct_rate'), 3)} |"
         )
     offline = {k: m["offline"] for k, m in models.items() if m.get("offline") and m["offline"].get("samples")}
     if offline:

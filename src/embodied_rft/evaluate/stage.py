@@ -149,10 +149,11 @@ def run_evaluate(
         gen_cfg = cfg.generation
         if name in cfg.max_new_tokens_by_model:
             gen_cfg = dataclasses.replace(gen_cfg, max_new_tokens=cfg.max_new_tokens_by_model[name])
-        spec = PolicySpec("model", str(model_dir), gen_cfg, cfg.seed)
-        fp = fingerprint(
-            {**common, "policy": "model", "model": dir_fingerprint(model_dir), "generation": as_dict(gen_cfg)}
-        )
+        spec = PolicySpec("model", str(model_dir), gen_cfg, cfg.seed, reflection=cfg.reflection)
+        ident = {**common, "policy": "model", "model": dir_fingerprint(model_dir), "generation": as_dict(gen_cfg)}
+        if cfg.reflection != "none":  # stored results of plain runs keep their fingerprint
+            ident["reflection"] = cfg.reflection
+        fp = fingerprint(ident)
         store = ResultStore(work_dir / name / "episodes.jsonl", fp, resume=cfg.resume)
         # In-process runs share one loaded model between the interactive and the offline evaluation.
         policy = spec.build() if cfg.workers == 1 else None

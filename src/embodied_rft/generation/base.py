@@ -19,7 +19,7 @@ import abc
 import importlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,6 +49,10 @@ class Completion:
     completion_tokens: int
     # "stop" (an end-of-sequence token ended it) | "length" (max_new_tokens reached), as OpenAI reports it
     finish_reason: Literal["stop", "length"]
+    # the sampled tokens' summed log-probability under the sampling distribution (stop token included), when the
+    # backend reports it (fast); None otherwise. Best-of-N breaks score ties with it (vegas/select.py). Not part
+    # of equality: backends that agree on the tokens agree on the completion
+    logprob: float | None = field(default=None, compare=False)
 
 
 class GenerationCancelled(RuntimeError):

@@ -80,7 +80,11 @@ def decoder_for(model: Any, mode: str, *, key: str, on: str, off: str) -> Decode
 
 
 def _rms(x: torch.Tensor, norm: Any) -> torch.Tensor:
-    # as Qwen2RMSNorm / LlamaRMSNorm: the variance in float32, the weight applied in the input dtype
+    # as Qwen2RMSNorm / LlamaRMSNorm: the variance in float32, the weight applied in the input dtype. In float32
+    # torch's fused rms_norm computes the same expression bit for bit (tests/generation/test_fast_sampler.py) in one
+    # kernel instead of six
+    if x.dtype == torch.float32 and norm.weight.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
     dtype = x.dtype
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
@@ -94,6 +98,64 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos + _rotate_half(x) * sin
+
+
+def _rope_swapped(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """:func:`_rope` with the sign of ``rotate_half`` folded into ``sin_signed`` = [−sin₁, sin₂]:
+    ``x·cos + [x₂, x₁]·[−sin₁, sin₂]`` — the same products and sums, bit for bit, in four kernels instead of seven."""
+    *lead, d = x.shape
+    swapped = x.view(*lead, 2, d // 2).flip(-2).reshape(*lead, d)
+    return (x * cos).add_(swapped.mul_(sin_signed))
+
+
+class RopeTable:
+    """The rotary cos and sign-folded sin of every position below ``size``, computed once by the model's own rotary
+    module (each entry is an elementwise function of its position, so a table row equals what the module returns
+    for that position alone); :meth:`DecoderLM.decode_step` indexes it instead of calling the module every step.
+    Only for ``rope_type == "default"``-like modules without a length-dependent update (see :meth:`DecoderLM.rope_table`)."""
+
+    def __init__(self, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        half = cos.shape[-1] // 2
+        self.cos = cos
+        self.sin_signed = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
+
+    @property
+    def size(self) -> int:
+        return self.cos.shape[0]
+
+
+def length_buckets(lengths: list[int], max_buckets: int = 3, overhead: int = 48) -> list[list[int]]:
+    """Indices of ``lengths`` split into at most ``max_buckets`` groups of similar length, minimising the padded
+    tokens (each group padded to its longest) plus ``overhead`` tokens per group (a forward's fixed cost); one group
+    when splitting saves less than that. Groups are ordered by length, indices within them too."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    ls = [lengths[i] for i in order]
+    n = len(ls)
+    best: dict[tuple[int, int], tuple[int, list[int]]] = {}
+
+    def solve(start: int, k: int) -> tuple[int, list[int]]:
+        # the cheapest split of ls[start:] into at most k groups: (cost, group end indices)
+        if (start, k) in best:
+            return best[(start, k)]
+        whole = (n - start) * ls[-1] + overhead
+        out: tuple[int, list[int]] = (whole, [n])
+        if k > 1:
+            for end in range(start + 1, n):
+                head = (end - start) * ls[end - 1] + overhead
+                rest, ends = solve(end, k - 1)
+                if head + rest < out[0]:
+                    out = (head + rest, [end, *ends])
+        best[(start, k)] = out
+        return out
+
+    if n == 0:
+        return []
+    _, ends = solve(0, max(1, max_buckets))
+    groups, start = [], 0
+    for end in ends:
+        groups.append(order[start:end])
+        start = end
+    return groups
 
 
 class DecoderLM:
@@ -210,12 +272,11 @@ class DecoderLM:
         decode steps; rows come in with :meth:`GenCache.extend`. ``zeroed``: start from zeros instead of
         uninitialised memory — needed when rows are admitted later, because their masked columns are still
         multiplied (−inf + NaN would be NaN) — after that every column only ever holds finite keys/values."""
-        shape = (capacity, self.n_kv, columns, self.head_dim)
+        shape = (capacity, 2, self.n_kv, columns, self.head_dim)
         dt, dev = self.dtype, self.device
         new = torch.zeros if zeroed else torch.empty
         empty = torch.zeros(0, dtype=torch.long, device=dev)
         return GenCache(
-            [new(shape, dtype=dt, device=dev) for _ in self.layers],
             [new(shape, dtype=dt, device=dev) for _ in self.layers],
             0,
             empty,
@@ -242,6 +303,17 @@ class DecoderLM:
             out.append((w, b))
         return out
 
+    def rope_table(self, size: int) -> RopeTable | None:
+        """The rotary table of positions ``[0, size)`` (None when the model's rotary module changes its frequencies
+        with the sequence length — ``dynamic`` / ``longrope`` — and must be called per step)."""
+        rot = self._inner.rotary_emb
+        kind = str(getattr(rot, "rope_type", "default"))
+        if "dynamic" in kind or kind == "longrope":
+            return None
+        x = torch.zeros((), dtype=self.dtype, device=self.device)
+        cos, sin = self._cos_sin(x, torch.arange(size, device=self.device).unsqueeze(0))
+        return RopeTable(cos[0], sin[0])
+
     def decode_step(
         self,
         tokens: torch.Tensor,
@@ -249,11 +321,13 @@ class DecoderLM:
         prompt: PromptKV,
         cache: GenCache,
         packed: list[tuple[torch.Tensor, torch.Tensor | None]] | None = None,
+        rope: RopeTable | None = None,
     ) -> torch.Tensor:
         """One new token per live row ([B] ids at rotary positions [B]): its K/V written at column ``cache.length``
         in place; attention over the row's prompt (read once per prompt, on the grid) and its generated tokens.
-        ``packed`` (:meth:`packed`, made once per call) saves two matrix products per layer. Returns next-token
-        logits [B, V]."""
+        ``packed`` (:meth:`packed`, made once per call) saves two matrix products per layer; ``rope``
+        (:meth:`rope_table`, made once per call) replaces the rotary module's per-step call by a lookup. Returns
+        next-token logits [B, V]."""
         col = cache.length
         if col >= cache.columns:
             raise ValueError("KV cache is full")
@@ -265,38 +339,73 @@ class DecoderLM:
         slot = cache.slot
         dense = B == P * G  # every slot of the grid holds its own row (nothing dropped yet): no scatter needed
         x = self._inner.embed_tokens(tokens)  # [B, hidden]
-        cos, sin = self._cos_sin(x.unsqueeze(1), positions.view(B, 1))  # [B, 1, D]
+        if rope is not None and int(positions.max()) < rope.size:
+            cos, sin = rope.cos[positions].unsqueeze(1), rope.sin_signed[positions].unsqueeze(1)  # [B, 1, D]
+            rotate = _rope_swapped
+        else:
+            cos, sin = self._cos_sin(x.unsqueeze(1), positions.view(B, 1))  # [B, 1, D]
+            rotate = _rope
         p_bias = prompt.bias[:, None, None, :]
         own_bias, lo = cache.own_bias(), cache.lo
-        n_qk = (H + Hkv) * D
+        n_q = H * D
         for li, layer in enumerate(self.layers):
             h = _rms(x, layer.input_layernorm)
             w, b = packed[li]
-            qkv = F.linear(h, w, b)
-            qk = _rope(qkv[:, :n_qk].view(B, H + Hkv, D), cos, sin)  # q and k heads rotated together
-            v = qkv[:, n_qk:].view(B, Hkv, D)
-            cache.k[li][:B, :, col] = qk[:, H:]
-            cache.v[li][:B, :, col] = v
+            qkv = F.linear(h, w, b).view(B, H + 2 * Hkv, D)
+            qk = rotate(qkv[:, : H + Hkv], cos, sin)  # q and k heads rotated together
+            kv_t = cache.kv[li]
+            kv_t[:B, 0, :, col] = qk[:, H:]
+            kv_t[:B, 1, :, col] = qkv[:, H + Hkv :]
             qg = qk[:, :H].reshape(B, Hkv, rep, D).mul_(self.scale)  # the rep query heads of a KV head share its keys
             grid_q = _rows_to_grid(qg, slot, P, G, dense)  # [P, Hkv, G·rep, D]: a prompt's keys read once for its rows
             s_p = _grid_to_rows(torch.matmul(grid_q, prompt.k_t[li]).add_(p_bias), slot, G, rep, dense)
-            k_own, v_own = cache.k[li][:B, :, lo : col + 1], cache.v[li][:B, :, lo : col + 1]
+            k_own, v_own = kv_t[:B, 0, :, lo : col + 1], kv_t[:B, 1, :, lo : col + 1]
             s_own = torch.matmul(qg, k_own.transpose(-1, -2))  # [B, Hkv, rep, t]
             if own_bias is not None:
                 s_own.add_(own_bias)
             probs = torch.softmax(torch.cat([s_p, s_own], dim=-1), dim=-1)
             p_p, p_own = probs[..., :W], probs[..., W:]
             o_p = _grid_to_rows(torch.matmul(_rows_to_grid(p_p, slot, P, G, dense), prompt.v[li]), slot, G, rep, dense)
-            a = o_p + torch.matmul(p_own, v_own)
-            x = x + self._out(layer, a.reshape(B, H * D))
+            a = o_p.add_(torch.matmul(p_own, v_own))
+            x = x + self._out(layer, a.view(B, n_q) if a.is_contiguous() else a.reshape(B, n_q))
             x = x + self._mlp(layer, _rms(x, layer.post_attention_layernorm))
         cache.length = col + 1
         return self.norm_logits(x)
 
     # ---- training: each distinct prompt once -------------------------------------------------------
-    def prompt_states(self, prompts: list[list[int]]) -> PromptStates:
-        """The distinct prompts' forward (left-padded), with autograd: per layer the keys and values every
-        response attends to, and the last position's output (it predicts the first response token)."""
+    def prompt_states(self, prompts: list[list[int]], max_buckets: int = 3) -> PromptStates:
+        """The distinct prompts' forward, with autograd: per layer the keys and values every response attends to,
+        and the last position's output (it predicts the first response token).
+
+        Prompts of very different lengths are run in up to ``max_buckets`` length buckets (:func:`length_buckets`),
+        each left-padded to its own longest prompt, and their states are then left-padded to one width: on the GRPO
+        default's mix of short expert prompts and long on-policy histories one padded batch was ~45% padding. The
+        real tokens' states do not depend on the padding (masked keys, positions counted from each prompt's
+        first token)."""
+        groups = length_buckets([len(p) for p in prompts], max_buckets)
+        if len(groups) == 1:
+            return self._prompt_states([list(p) for p in prompts])
+        parts = [self._prompt_states([list(prompts[i]) for i in g]) for g in groups]
+        width = max(pt.valid.shape[1] for pt in parts)
+        order = torch.tensor([i for g in groups for i in g], device=self.device).argsort()
+
+        def merge(ts: list[torch.Tensor], dim_from_end: int) -> torch.Tensor:
+            padded = []
+            for t in ts:
+                d = width - t.shape[-dim_from_end]
+                padded.append(F.pad(t, (0, 0) * (dim_from_end - 1) + (d, 0)) if d else t)
+            return torch.cat(padded)[order]
+
+        n = len(parts[0].k)
+        return PromptStates(
+            [merge([pt.k[li] for pt in parts], 2) for li in range(n)],
+            [merge([pt.v[li] for pt in parts], 2) for li in range(n)],
+            torch.cat([pt.last for pt in parts])[order],
+            merge([pt.valid for pt in parts], 1),
+            torch.cat([pt.lens for pt in parts])[order],
+        )
+
+    def _prompt_states(self, prompts: list[list[int]]) -> PromptStates:
         ids, valid, lens, pos, mask = self._left_padded(prompts)
         x = self._inner.embed_tokens(ids)
         cos, sin = self._cos_sin(x, pos)
@@ -354,9 +463,11 @@ class DecoderLM:
 
 __all__ = [
     "DecoderLM",
+    "RopeTable",
     "SUPPORTED_MODEL_TYPES",
     "config_unsupported_reason",
     "decoder_for",
+    "length_buckets",
     "supports",
     "unsupported_reason",
 ]

@@ -4,9 +4,9 @@ Input: a checkpoint directory of a Qwen2 or Llama text model (the tiny default, 
 ``(model, tokenizer)`` pair. Output: completions, exactly as the ``hf`` backend returns them: prompts are
 templated, sorted by length and cut into batches of ``batch_size`` like ``hf`` does, greedy outputs are
 token-identical to ``model.generate`` (tested), and sampling uses the same temperature and top-p with a
-per-batch seed ``seed + batch index``. What differs is the cost: each prompt is prefilled once for its
-``n`` samples, the K/V cache is written in place and finished rows leave the batch
-(``bench/bench_sampler.py`` measures it against ``hf``).
+per-batch seed ``seed + batch index``; each completion also carries its sampled tokens' summed log-prob. What
+differs is the cost: each prompt is prefilled once for its ``n`` samples, the K/V cache is written in place and
+finished rows leave the batch (``bench/bench_sampler.py`` measures it against ``hf``).
 
 Other model types (vision-language models, other families) raise a ValueError that names
 ``generation.backend``: they keep the ``hf`` and ``vllm`` backends.
@@ -14,6 +14,7 @@ Other model types (vision-language models, other families) raise a ValueError th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -68,5 +69,9 @@ class FastGenerator(HFGenerator):
             should_stop=should_stop,
         )
         return [
-            [self._completion(t, len(prompt)) for t in group] for prompt, group in zip(ids, out.tokens, strict=True)
+            [
+                dataclasses.replace(self._completion(t, len(prompt)), logprob=float(lp.sum()))
+                for t, lp in zip(group, lps, strict=True)
+            ]
+            for prompt, group, lps in zip(ids, out.tokens, out.logprobs, strict=True)
         ]

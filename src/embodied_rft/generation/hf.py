@@ -93,13 +93,17 @@ class HFGenerator(Generator):
 
     # ---- prompt building ------------------------------------------------------------------------
     def _prompt(self, messages: Messages, images: list[Any]) -> tuple[str, list[Any]]:
+        # a final assistant message marked {"prefix": true} (the chat-prefix-completion convention) is a prefill: the
+        # answer continues it (transformers' continue_final_message; the ReGRPO trigger opens a reflection this way)
+        cont = bool(messages) and messages[-1].get("role") == "assistant" and messages[-1].get("prefix") is True
+        kw = {"continue_final_message": True} if cont else {"add_generation_prompt": True}
         if self.processor is not None:
             msgs, ordered = content_parts(messages, images)
-            text = self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+            text = self.processor.apply_chat_template(msgs, tokenize=False, **kw)
             return text, ordered
         if images:
             raise ValueError("this checkpoint has a tokenizer, not an image processor: it cannot take images")
-        text = self.tokenizer.apply_chat_template(text_only(messages), add_generation_prompt=True, tokenize=False)
+        text = self.tokenizer.apply_chat_template(text_only(messages), tokenize=False, **kw)
         return text, []
 
     def _encode(self, texts: list[str], images: list[Any]) -> dict:

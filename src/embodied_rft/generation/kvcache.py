@@ -82,8 +82,10 @@ class PromptKV:
 
 @dataclass
 class GenCache:
-    """The generated tokens' keys and values, preallocated: per layer ``[capacity, kv_heads, columns, head_dim]``,
-    of which the first ``rows`` rows are live. Columns are decode steps: every step writes column ``length`` of
+    """The generated tokens' keys and values, preallocated: per layer one tensor ``kv``
+    ``[capacity, 2, kv_heads, columns, head_dim]`` (keys at index 0, values at 1, so a decode step writes both with
+    one copy), of which the first ``rows`` rows are live; :attr:`k` and :attr:`v` are the per-layer views
+    ``[capacity, kv_heads, columns, head_dim]``. Columns are decode steps: every step writes column ``length`` of
     every live row in place. Row r's own tokens are columns ``start[r]`` to ``length − 1``: rows admitted later
     (continuous batching) start later, and the columns before their start are masked.
 
@@ -91,8 +93,7 @@ class GenCache:
     it: decoding lays the rows' queries out on a [prompts, reps] grid so each prompt's keys are read once for
     all of its samples instead of once per row."""
 
-    k: list[torch.Tensor]
-    v: list[torch.Tensor]
+    kv: list[torch.Tensor]
     length: int
     slot: torch.Tensor  # [rows] long
     reps: int
@@ -105,6 +106,14 @@ class GenCache:
     @property
     def rows(self) -> int:
         return self.slot.shape[0]
+
+    @property
+    def k(self) -> list[torch.Tensor]:
+        return [t[:, 0] for t in self.kv]
+
+    @property
+    def v(self) -> list[torch.Tensor]:
+        return [t[:, 1] for t in self.kv]
 
     def _bounds(self) -> None:
         if self.rows:
@@ -120,8 +129,8 @@ class GenCache:
         lo = int(self.start[idx].min()) if len(idx) else n
         m = len(idx)
         if m:
-            for t in (*self.k, *self.v):
-                t[:m, :, : n - lo] = t[idx, :, lo:n]  # the index makes a copy first: the overlap is safe
+            for t in self.kv:
+                t[:m, :, :, : n - lo] = t[idx, :, :, lo:n]  # the index makes a copy first: the overlap is safe
         self.start = self.start[idx] - lo
         self.length = n - lo
         self.slot = slot
@@ -142,7 +151,7 @@ class GenCache:
             return None
         cols = torch.arange(self.lo, self.length + 1, device=self.start.device)
         bias = torch.zeros(
-            (self.rows, len(cols)), dtype=self.k[0].dtype if self.k else torch.float32, device=self.start.device
+            (self.rows, len(cols)), dtype=self.kv[0].dtype if self.kv else torch.float32, device=self.start.device
         )
         return bias.masked_fill_(cols.unsqueeze(0) < self.start.unsqueeze(1), float("-inf"))[:, None, None, :]
 

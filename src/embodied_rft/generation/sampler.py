@@ -123,6 +123,7 @@ class FastSampler:
                 uniforms[p * reps : (p + 1) * reps] = torch.rand((reps, max_new_tokens), generator=g)
             uniforms = uniforms.to(dev)
         packed = lm.packed()  # this call's q/k/v weights as one matrix per layer
+        rope = lm.rope_table(max(len(p) for p in prompts) + max_new_tokens)  # every position a row can reach
         # a row writes at most max_new_tokens - 1 columns; with admissions the window slides, and compaction
         # moves it back to column 0 before it reaches the end
         cache = lm.gen_cache(width, max_new_tokens * (2 if streaming else 1), reps, zeroed=streaming)
@@ -201,7 +202,7 @@ class FastSampler:
                 cache.keep(torch.arange(cache.rows, device=dev), cache.slot)
             parts = []
             if cache.rows:
-                parts.append(lm.decode_step(tok, positions, state["kv"], cache, packed))
+                parts.append(lm.decode_step(tok, positions, state["kv"], cache, packed, rope))
                 positions = positions + 1
                 steps += 1
                 row_steps += cache.rows

@@ -153,6 +153,11 @@ class ModelConfig:
     # end only at line breaks, after ", " ". " "; " ": " and before numbers, so a whole action name or JSON key
     # becomes one token (3.7x shorter samples on this task's text; models/tokenizer.py).
     pre_split: Literal["words", "phrases"] = "words"
+    # Tiny kinds: texts the tokenizer learns from besides the distilled corpus. verification = the VeGAS verifier's
+    # prompt and chain-of-thought templates (vegas/templates.py, 20 times over). Off by default: any added text
+    # moves BPE's merges and so changes the policy too (docs/vegas.md §6: on, verification texts get ~2x shorter
+    # and the policy's own 2.7% longer).
+    tokenizer_extra: tuple[str, ...] = ()
     # Tiny kinds: architecture of the language model.
     text: TextArch = field(default_factory=TextArch)
     # tiny_vl: architecture of the vision tower.
@@ -182,6 +187,8 @@ class ModelConfig:
             f"must be >= 300 (256 byte symbols + specials + merges), got {self.vocab_size}",
         )
         check(self.min_frequency >= 1, "model.min_frequency", f"must be >= 1, got {self.min_frequency}")
+        bad = [t for t in self.tokenizer_extra if t != "verification"]
+        check(not bad, "model.tokenizer_extra", f"unknown text set(s) {bad}; the only one is verification")
         check(self.image_min_pixels >= 1, "model.image_min_pixels", f"must be >= 1, got {self.image_min_pixels}")
         check(
             self.image_max_pixels >= self.image_min_pixels,

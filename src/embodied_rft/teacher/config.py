@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..config import check
+from ..regrpo.config import RotDistillConfig
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,8 @@ class TeacherConfig:
     max_attempts: int = 2
     # distil only the first N samples (in file order); null = all
     max_samples: int | None = None
+    # ReGRPO's cold-start data (docs/regrpo.md): the reasoning of RoT samples (decompose.rot) and the clean:RoT mix
+    rot: RotDistillConfig = field(default_factory=RotDistillConfig)
 
     def __post_init__(self) -> None:
         check(

@@ -314,6 +314,11 @@ def _distill(
                     log.debug("sample %s index %d rejected (%s): %s", samples[i]["sample_id"], r, v.kind, v.reason)
                     still.append(i)
             open_ = still
+        rot_info = None
+        if cfg.rot.reflection != "none" or cfg.rot.clean_ratio is not None:  # ReGRPO's options (docs/regrpo.md)
+            from ..regrpo.distill import apply_rot
+
+            rot_info = apply_rot(cfg.rot, samples, accepted, teacher=teacher, run=run)
     finally:
         if cache is not None:
             cache_rows = len(cache)
@@ -367,6 +372,8 @@ def _distill(
     }
     if cache is not None:
         metrics["cache_entries"] = cache_rows
+    if rot_info is not None:
+        metrics["rot"] = rot_info
     log.info(
         "distill: %d/%d samples kept (answer acceptance %.1f%%), %d requests, %d cache hits, %d+%d tokens%s",
         kept,

@@ -171,12 +171,17 @@ class _Planner:
         if not mw.open:
             self.emit_on("open the", mw)
         self.emit("put down the object in hand")
-        self.emit_on("close the", mw)
+        self.run_microwave(mw)
+        return h
+
+    def run_microwave(self, mw: Obj) -> None:
+        """Close the Microwave (with the object inside) and run it once."""
+        if mw.open:
+            self.emit_on("close the", mw)
         if mw.on:
             self.toggle(mw, False)
         self.toggle(mw, True)
         self.toggle(mw, False)
-        return h
 
     def cool(self) -> Obj:
         h = self.w.holding()
@@ -195,7 +200,13 @@ class _Planner:
             raise PlanError(f"cleaning a {h.type} needs a Sink or Bathtub that holds it and a Faucet")
         basin = self.goto(self.choose(kinds[0], _ANY))
         self.emit("put down the object in hand")
-        faucets = w.by_type["Faucet"]
+        self.rinse(basin)
+        return h
+
+    def rinse(self, basin: Obj) -> None:
+        """Run the Faucet that serves ``basin`` once (what lies in the basin is cleaned)."""
+        w = self.w
+        faucets = w.by_type.get("Faucet", [])
         mounted = [f for f in faucets if f.parent == basin.id]
         free = [f for f in faucets if f.parent is None or f.parent == HAND or w.objs[f.parent].type not in BASINS]
         if not mounted and not free:
@@ -207,15 +218,65 @@ class _Planner:
             self.toggle(tap, False)
         self.toggle(tap, True)
         self.toggle(tap, False)
-        return h
+
+    def finish(self, o: Obj, flag: str) -> Obj:
+        """``resume``: process ``o`` where the agent left it (in a basin, the Microwave or the Fridge)."""
+        w = self.w
+        where = w.objs[o.parent]
+        if flag == "cleaned":
+            self.rinse(where)
+            return o
+        if not w.reachable(where):
+            where = self.goto(where)
+        if flag == "heated":
+            self.run_microwave(where)
+        else:
+            if not where.open:
+                self.emit_on("open the", where)
+            self.emit_on("close the", where)
+        return o
+
+
+_PROCESSORS = {"cleaned": BASINS, "heated": frozenset({"Microwave"}), "cooled": frozenset({"Fridge"})}
+
+
+def _staged(w: Simulator, is_target: Pred, flag: str) -> Obj | None:
+    """``resume``: a target the agent put into the task's processing receptacle and that is not processed yet."""
+    if w.held is not None:
+        return None
+    for o in sorted(w.objs.values(), key=lambda o: o.order):
+        if (
+            is_target(o)
+            and o.put_step >= 0
+            and not getattr(o, flag)
+            and o.parent in w.objs
+            and w.objs[o.parent].type in _PROCESSORS[flag]
+        ):
+            return o
+    return None
+
+
+def _carrier(w: Simulator, g, is_target: Pred) -> Obj | None:
+    """``resume``: the movable receptacle the agent put a target into (held or not), not yet in its place."""
+    for o in sorted(w.objs.values(), key=lambda o: o.order):
+        if is_target(o) and o.put_step >= 0 and o.parent in w.objs:
+            m = w.objs[o.parent]
+            if m.type == g.mrecep_target and not _in_parent(w, m, g.parent_target):
+                return m
+    return None
 
 
 def _in_parent(w: Simulator, o: Obj, parent: str | None) -> bool:
     return parent is not None and o.parent is not None and o.parent in w.objs and w.objs[o.parent].type == parent
 
 
-def plan_for(sim: Simulator) -> list[str]:
-    """Plan from the current state of ``sim`` (which is not changed)."""
+def plan_for(sim: Simulator, *, resume: bool = False) -> list[str]:
+    """Plan from the current state of ``sim`` (which is not changed).
+
+    ``resume`` continues work the agent left half done instead of starting it over: a target it put into the
+    task's sink, microwave or fridge is processed there (not fetched and put back), and a target it put into
+    the movable receptacle travels in it. The world oracle plans this way (``world/oracle.py``); it is off by
+    default, and from an episode's initial state (nothing put anywhere by the agent) both plan alike."""
     p = _Planner(sim.copy())
     w = p.w
     g = w.goal
@@ -229,8 +290,13 @@ def plan_for(sim: Simulator) -> list[str]:
     def is_target(o: Obj) -> bool:
         return o.type == pieces if g.object_sliced else (o.type == typ or o.type == pieces)
 
+    carrier = _carrier(w, g, is_target) if resume and tt == "pick_and_place_with_movable_recep" else None
     h = w.holding()
-    if h is not None and not (is_target(h) or (g.object_sliced and h.type in KNIVES and not w.by_type.get(pieces))):
+    if h is not None and not (
+        is_target(h)
+        or (g.object_sliced and h.type in KNIVES and not w.by_type.get(pieces))
+        or (carrier is not None and h is carrier)
+    ):
         p.emit("drop the object in hand")
 
     def get_target(extra: Pred = _ANY) -> Obj:
@@ -260,12 +326,25 @@ def plan_for(sim: Simulator) -> list[str]:
             p.toggle(lamp, True)
     elif tt in _PROCESS:
         flag = _PROCESS[tt]
-        o = get_target()
+        staged = _staged(w, is_target, flag) if resume else None
+        o = get_target() if staged is None else staged
         if not getattr(o, flag):
-            o = {"cleaned": p.clean, "heated": p.heat, "cooled": p.cool}[flag]()
+            o = (
+                p.finish(o, flag)
+                if staged is not None
+                else {"cleaned": p.clean, "heated": p.heat, "cooled": p.cool}[flag]()
+            )
             if _in_parent(w, o, parent):
                 return _checked(p)  # processed where it belongs (e.g. cooled inside the goal Fridge)
             p.take_back(o)
+        p.deposit(parent, _ANY)
+    elif tt == "pick_and_place_with_movable_recep" and carrier is not None:
+        if w.held != carrier.id:
+            if not w.reachable(carrier):
+                p.goto(carrier)
+            opened = p.open_chain(carrier)
+            p.emit_on("pick up the", carrier)
+            p.close_all(opened)
         p.deposit(parent, _ANY)
     elif tt == "pick_and_place_with_movable_recep":
         get_target()

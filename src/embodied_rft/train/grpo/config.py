@@ -158,6 +158,11 @@ class GRPOConfig:
     train_batch_size: int = 128
     # Sequences per forward/backward pass (gradient accumulation up to train_batch_size). Engine detail.
     micro_batch_size: int = 4
+    # How a pass over the buffer is cut into minibatches: rows (every (group, response) pair shuffled; OpenRLHF's
+    # replay buffer) | groups (whole groups in shuffled order, train_batch_size / G of them per update, as TRL's
+    # repeat sampler batches them). With groups an update's advantages sum to zero and it computes fewer distinct
+    # prompts (the shared-prompt forward's cost per prompt). Needs train_batch_size to be a multiple of G.
+    minibatch: Literal["rows", "groups"] = "rows"
     # Token-loss aggregation: token_mean (every response token of an update weighs the same; OpenRLHF
     # default, which the RR code used) | seq_mean_token_mean (the GRPO paper's 1/G Σ 1/|o| Σ_t).
     loss_agg: Literal["token_mean", "seq_mean_token_mean"] = "token_mean"
@@ -229,6 +234,9 @@ class GRPOConfig:
     # On-policy prompts: states the initial policy reaches in training episodes (train/grpo/onpolicy.py).
     # Off (episodes 0) in the paper, which trains on the offline decomposed prompts only.
     onpolicy: OnPolicyConfig = field(default_factory=OnPolicyConfig)
+    # Which decomposed train samples are prompts: all (the paper) | recovery (only those after a mistaken action:
+    # with decompose.rot, ReGRPO's RoT states; docs/regrpo.md §5).
+    decomposed_prompts: Literal["all", "recovery"] = "all"
 
     def __post_init__(self) -> None:
         g = self.group_size
@@ -263,6 +271,12 @@ class GRPOConfig:
             f"{self.train_batch_size} sequences exceed one full buffer (filter.buffer_size × group_size = {n_seq})",
         )
         check(self.micro_batch_size >= 1, "grpo.micro_batch_size", f"must be >= 1; got {self.micro_batch_size}")
+        check(self.minibatch in ("rows", "groups"), "grpo.minibatch", f"rows | groups; got {self.minibatch!r}")
+        check(
+            self.minibatch == "rows" or self.update_batch % self.group_size == 0,
+            "grpo.minibatch",
+            f"groups needs train_batch_size ({self.update_batch}) to be a multiple of group_size ({self.group_size})",
+        )
         check(self.max_grad_norm > 0, "grpo.max_grad_norm", f"must be > 0; got {self.max_grad_norm}")
         check(self.max_updates >= 0, "grpo.max_updates", f"must be >= 0 (0 = no cap); got {self.max_updates}")
         check(self.num_episodes >= 1, "grpo.num_episodes", f"must be >= 1; got {self.num_episodes}")

@@ -22,6 +22,9 @@ from embodied_rft.core.atomic import save_pretrained_atomic
 from embodied_rft.core.digest import path_identity
 from embodied_rft.core.metrics import write_metrics
 from embodied_rft.core.subset import seeded_subset
+from embodied_rft.data.decompose import RECOVERY_SUFFIX
+from embodied_rft.data.jsonl import DataError
+from embodied_rft.regrpo.reward import identity as reward_identity
 from embodied_rft.reward import RewardConfig
 from embodied_rft.train.grpo.checkpoint import fingerprint
 from embodied_rft.train.grpo.config import GRPOConfig
@@ -48,14 +51,16 @@ def run_grpo_local(
     reward: RewardConfig | None = None,
     hooks: Hooks | None = None,
     states: tuple[list[dict], dict[str, Any]] | None = None,
+    executor: Any = None,
 ) -> dict[str, Any]:
     """Run GRPO with the local engine; returns the metrics written to ``metrics_path``.
 
     ``reward`` is the ``reward:`` config section (default: the paper's reward). ``hooks['on_update']``,
     if given, is called with an :class:`UpdateInfo` after every optimiser update (tests use it).
     ``states`` (samples, summary), from :mod:`.onpolicy`, are mixed into the training prompts as
-    ``cfg.onpolicy.fraction`` says. Resumes from ``work_dir`` when a checkpoint of the same config and
-    inputs is there.
+    ``cfg.onpolicy.fraction`` says. ``executor`` runs a response from its sample's state for the regrpo
+    reward's executed success (``regrpo/execute.py``). Resumes from ``work_dir`` when a checkpoint of the same
+    config and inputs is there.
     """
     reward = reward or RewardConfig()
     t_start = time.perf_counter()
@@ -79,6 +84,7 @@ def run_grpo_local(
             hooks,
             t_start,
             states,
+            executor,
         )
     finally:
         torch.set_num_threads(threads)
@@ -98,8 +104,10 @@ def _run(
     hooks: Hooks | None,
     t_start: float,
     states: tuple[list[dict], dict[str, Any]] | None = None,
+    executor: Any = None,
 ) -> dict[str, Any]:
-    train = seeded_subset(_read_samples(train_samples_path, "train"), cfg.max_train_prompts, cfg.seed)
+    train = select_decomposed(_read_samples(train_samples_path, "train"), cfg.decomposed_prompts, train_samples_path)
+    train = seeded_subset(train, cfg.max_train_prompts, cfg.seed)
     if states is not None:
         train = mix_prompts(train, states[0], cfg.onpolicy.fraction, cfg.seed)
     val = (
@@ -109,14 +117,16 @@ def _run(
     )
     fp = fingerprint(
         {
-            "config": as_dict(cfg),
-            "reward": as_dict(reward),
+            "config": config_identity(cfg),
+            "reward": reward_identity(reward),
             "policy": path_identity(policy_dir),
             "train": path_identity(train_samples_path),
             "states": fingerprint([(s["sample_id"], s["label"]) for s in states[0]]) if states is not None else None,
         }
     )
-    eng = GRPOEngine(cfg, policy_dir, train, val, work_dir, reward, Path(train_samples_path).parent, fp, hooks)
+    eng = GRPOEngine(
+        cfg, policy_dir, train, val, work_dir, reward, Path(train_samples_path).parent, fp, hooks, executor
+    )
     resumed = eng.resume()
     if cfg.rollout_processes > 0:  # the pool also decodes the held-out checks, so it starts first
         eng.rollout = ProcessRollout(eng.model, eng.io.eos_ids, cfg.rollout_processes, max_rows=cfg.sampler_max_rows)
@@ -158,7 +168,7 @@ def _loop(
     pbar = tqdm(total=eng.planned_updates, initial=st.updates, desc="grpo", unit="update", dynamic_ncols=True)
     stop_reason = "max_updates"
     try:
-        stats = _RolloutStats()
+        stats = _RolloutStats(eng.log_reflection)
         while not (cfg.max_updates and st.updates >= cfg.max_updates):
             if eng.buffer.should_stop:
                 stop_reason = "filter_stalled"
@@ -172,7 +182,7 @@ def _loop(
             if not eng.buffer.ready():
                 continue
             row = stats.row()  # the rollouts that filled this buffer (and any taken with it)
-            stats = _RolloutStats()
+            stats = _RolloutStats(eng.log_reflection)
             while eng.buffer.ready() and not (cfg.max_updates and st.updates >= cfg.max_updates):
                 eng.train_on(eng.buffer.take(), row, tracker, pbar)
             eng.rollout.refresh(eng.model)
@@ -219,6 +229,30 @@ GRPO_HEADLINE = {
     "filter": {"pass_rate": True},
     "throughput": {"generated_tokens_per_s": True},
 }
+
+
+def select_decomposed(samples: list[dict], which: str, where: object) -> list[dict]:
+    """The decomposed train samples GRPO prompts with (``grpo.decomposed_prompts``): all, or only the recovery
+    samples (ids ending ``:recover``; with ``decompose.rot`` the RoT states)."""
+    if which == "all":
+        return samples
+    kept = [s for s in samples if str(s["sample_id"]).endswith(RECOVERY_SUFFIX)]
+    if not kept:
+        raise DataError(
+            f"{where}: no recovery samples for grpo.decomposed_prompts=recovery; set decompose.recovery_per_episode"
+        )
+    return kept
+
+
+def config_identity(cfg: GRPOConfig) -> dict:
+    """``cfg`` for the checkpoint fingerprint, without the ReGRPO prompt options at their defaults, so runs from
+    before they existed still resume."""
+    d = as_dict(cfg)
+    if d.get("decomposed_prompts") == "all":
+        d.pop("decomposed_prompts")
+    if not d["onpolicy"].get("failed_only"):
+        d["onpolicy"].pop("failed_only", None)
+    return d
 
 
 def _means(ev: dict) -> dict:

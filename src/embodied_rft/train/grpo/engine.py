@@ -45,6 +45,8 @@ from transformers import get_scheduler
 
 from embodied_rft.core.vision import freeze_vision, is_vision_model
 from embodied_rft.filtering import BufferBatch, GroupBuffer
+from embodied_rft.regrpo.reward import BoundReward
+from embodied_rft.regrpo.text import last_failed, reflection_tokens
 from embodied_rft.reward import RewardConfig
 from embodied_rft.schema import read_samples
 from embodied_rft.train.grpo.checkpoint import (
@@ -56,6 +58,7 @@ from embodied_rft.train.grpo.checkpoint import (
 )
 from embodied_rft.train.grpo.config import GRPOConfig
 from embodied_rft.train.grpo.heldout import evaluate_greedy
+from embodied_rft.train.grpo.log import RolloutStats as _RolloutStats
 from embodied_rft.train.grpo.log import RunTracker
 from embodied_rft.train.grpo.loss import group_advantages
 from embodied_rft.train.grpo.rollout import EncodedPrompt, PolicyIO, make_sampler, sequence_logprobs
@@ -99,34 +102,6 @@ def _timed(state: EngineState, phase: str):
         state.seconds[phase] = state.seconds.get(phase, 0.0) + time.perf_counter() - t0
 
 
-class _RolloutStats:
-    """Means over every response sampled since the last update row (accepted or not)."""
-
-    KEYS = ("total", "structure", "valid", "match", "accuracy", "accuracy_full")
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.sums = dict.fromkeys(self.KEYS, 0.0)
-        self.tokens = 0
-        self.truncated = 0
-
-    def add(self, breakdown: Any, n_tokens: int, truncated: bool) -> None:
-        self.n += 1
-        for k in self.KEYS:
-            self.sums[k] += getattr(breakdown, k)
-        self.tokens += n_tokens
-        self.truncated += int(truncated)
-
-    def row(self) -> dict[str, float]:
-        n = max(self.n, 1)
-        out = {f"reward_{k}" if k != "total" else "reward_mean": self.sums[k] / n for k in self.KEYS}
-        out["accuracy_full_rate"] = out.pop("reward_accuracy_full")
-        out["response_length"] = self.tokens / n
-        out["truncated_rate"] = self.truncated / n
-        out["responses_sampled"] = self.n
-        return out
-
-
 class GRPOEngine:
     """The local engine's state and steps; :func:`~embodied_rft.train.grpo.driver.run_grpo_local` drives it."""
 
@@ -141,10 +116,11 @@ class GRPOEngine:
         image_root: Path,
         fp: str,
         hooks: Hooks | None = None,
+        executor: Any = None,
     ) -> None:
         from embodied_rft.models import load_model
 
-        self.cfg, self.reward, self.work_dir, self.fp = cfg, reward, Path(work_dir), fp
+        self.cfg, self.work_dir, self.fp = cfg, Path(work_dir), fp
         self.hooks = hooks or {}
         self.policy_dir = str(policy_dir)
         self.device = _device(cfg.device)
@@ -157,6 +133,9 @@ class GRPOEngine:
         self.vision = is_vision_model(self.model)
         self.io = PolicyIO(tok, cfg.max_prompt_tokens, image_root)
         self.io.add_model_eos(self.model)
+        # regrpo: reflection tokens in the policy's tokens, the executed success (docs/regrpo.md §5)
+        self.reward = BoundReward(reward, self.count_tokens, executor)
+        self.log_reflection = reward.variant == "regrpo" or any("rot" in s for s in train_samples)
         if self.vision and cfg.freeze_vision:
             log.info("froze %d vision parameters", freeze_vision(self.model))
         if cfg.gradient_checkpointing:
@@ -198,6 +177,10 @@ class GRPOEngine:
         )
 
     # ---------------------------------------------------------------- bookkeeping
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` in the policy's tokenizer (the regrpo reward's reflection cost)."""
+        return len(self.io.tokenizer(text, add_special_tokens=False)["input_ids"])
+
     def _planned_updates(self, n_prompts: int) -> int:
         cfg = self.cfg
         if cfg.max_updates:
@@ -289,9 +272,13 @@ class GRPOEngine:
         eos = set(self.io.eos_ids)
         with _timed(st, "reward"):
             for j, (p, responses) in enumerate(zip(prompts, rollout.responses, strict=True)):
-                parts = [self.reward.score(self.io.decode(r), p.label) for r in responses]
-                for r, b in zip(responses, parts):
-                    stats.add(b, len(r), not r or r[-1] not in eos)
+                sample = self.train_samples[p.index]
+                texts = [self.io.decode(r) for r in responses]
+                parts = [self.reward.score(t, p.label, sample) for t in texts]
+                clean = not last_failed(sample.get("history") or [])
+                for r, b, t in zip(responses, parts, texts):
+                    refl = reflection_tokens(t, self.count_tokens) if self.log_reflection else 0
+                    stats.add(b, len(r), not r or r[-1] not in eos, refl, clean)
                     st.response_tokens += len(r)
                 group = Group(p, responses, [b.total for b in parts], [b.accuracy_full for b in parts])
                 if rollout.logprobs is not None:  # the sampler's own log-probs: exactly π_old, no second pass
@@ -343,8 +330,13 @@ class GRPOEngine:
             if cfg.max_updates and st.updates >= cfg.max_updates:
                 break
             if len(order) < tb:  # a new shuffled pass over the buffer
-                fresh = rows[:]
-                rng.shuffle(fresh)
+                if cfg.minibatch == "groups":
+                    gs = list(range(len(groups)))
+                    rng.shuffle(gs)
+                    fresh = [(gi, ri) for gi in gs for ri in range(G)]
+                else:
+                    fresh = rows[:]
+                    rng.shuffle(fresh)
                 order.extend(fresh)
             mb, order = order[:tb], order[tb:]
             with _timed(st, "update"):

@@ -110,4 +110,45 @@ class RunTracker:
             self.run = None
 
 
-__all__ = ["RunTracker"]
+class RolloutStats:
+    """Means over every response sampled since the last update row (accepted or not). With ``reflection`` (the
+    ``regrpo`` reward, or RoT prompts) also the reflection block's tokens per response (``regrpo/text.py``), the
+    share of responses that reflect, and the tokens on prompts whose last action did not fail ("clean" calls,
+    where ReGRPO's η should make reflections rare)."""
+
+    KEYS = ("total", "structure", "valid", "match", "accuracy", "accuracy_full")
+
+    def __init__(self, reflection: bool = False) -> None:
+        self.n = 0
+        self.sums = dict.fromkeys(self.KEYS, 0.0)
+        self.tokens = 0
+        self.truncated = 0
+        self.reflection = reflection
+        self.refl = self.reflected = self.clean = self.refl_clean = 0
+
+    def add(self, breakdown: Any, n_tokens: int, truncated: bool, refl: int = 0, clean: bool = True) -> None:
+        self.n += 1
+        for k in self.KEYS:
+            self.sums[k] += getattr(breakdown, k)
+        self.tokens += n_tokens
+        self.truncated += int(truncated)
+        self.refl += refl
+        self.reflected += refl > 0
+        self.clean += clean
+        self.refl_clean += refl if clean else 0
+
+    def row(self) -> dict[str, float]:
+        n = max(self.n, 1)
+        out = {f"reward_{k}" if k != "total" else "reward_mean": self.sums[k] / n for k in self.KEYS}
+        out["accuracy_full_rate"] = out.pop("reward_accuracy_full")
+        out["response_length"] = self.tokens / n
+        out["truncated_rate"] = self.truncated / n
+        out["responses_sampled"] = self.n
+        if self.reflection:
+            out["reflection_tokens"] = self.refl / n
+            out["reflection_rate"] = self.reflected / n
+            out["reflection_tokens_clean"] = self.refl_clean / max(self.clean, 1)
+        return out
+
+
+__all__ = ["RolloutStats", "RunTracker"]

@@ -36,7 +36,7 @@ from typing import Any
 from embodied_rft.config import check
 from embodied_rft.core.atomic import write_json_atomic, write_jsonl_atomic
 from embodied_rft.data.decompose import sample_record
-from embodied_rft.data.jsonl import iter_jsonl
+from embodied_rft.data.jsonl import DataError, iter_jsonl
 from embodied_rft.data.prompt import PromptConfig
 from embodied_rft.progress import progress
 from embodied_rft.world.actions import N_GLOBAL
@@ -62,12 +62,18 @@ class OnPolicyConfig:
     max_new_tokens: int = 0
     # Seed of the choice of episodes.
     seed: int = 0
+    # Processes playing the batches (1 = in the stage's process). Each gets its share of the cores; the states do
+    # not depend on it (batches are merged in order), so it is not part of the states' cache key.
+    workers: int = 1
+    # Keep only the states right after a failed action (ReGRPO's on-policy failure states; docs/regrpo.md §5).
+    failed_only: bool = False
 
     def __post_init__(self) -> None:
         check(self.episodes >= 0, "grpo.onpolicy.episodes", f"must be >= 0 (0 = off); got {self.episodes}")
         check(0.0 < self.fraction <= 1.0, "grpo.onpolicy.fraction", f"must be in (0, 1]; got {self.fraction}")
         check(self.batch_size >= 1, "grpo.onpolicy.batch_size", f"must be >= 1; got {self.batch_size}")
         check(self.max_new_tokens >= 0, "grpo.onpolicy.max_new_tokens", "must be >= 0 (0 = grpo.max_new_tokens)")
+        check(self.workers >= 1, "grpo.onpolicy.workers", f"must be >= 1; got {self.workers}")
 
 
 def state_sample(run: Any) -> dict | None:
@@ -100,41 +106,92 @@ def state_sample(run: Any) -> dict | None:
     return sample
 
 
-def collect_states(
-    policy: Any, episodes: Sequence[dict], prompt_cfg: PromptConfig, limits: Any, batch_size: int
-) -> tuple[list[dict], dict[str, Any]]:
-    """Play ``episodes`` with ``policy`` and return (one sample per planner call, a summary)."""
+def _collect_batch(policy: Any, episodes: Sequence[dict], prompt_cfg: PromptConfig, limits: Any):
+    """Play ``episodes`` in lockstep; returns (samples, end reasons, unplannable states)."""
     from embodied_rft.evaluate.episode import EpisodeRun
 
+    samples: list[dict] = []
+    ends: dict[str, int] = {}
+    unplannable = 0
+    active = [EpisodeRun(ep, prompt_cfg, limits) for ep in episodes]
+    while active:
+        prompts = []
+        for run in active:
+            s = state_sample(run)
+            if s is None:
+                unplannable += 1
+                prompts.append(run.messages())
+            else:
+                samples.append(s)
+                prompts.append(s["prompt"])  # the same messages the run would build
+        responses = policy.plan(prompts, None, [r.context() for r in active])
+        still = []
+        for run, text in zip(active, responses, strict=True):
+            run.apply(text if isinstance(text, str) else "")
+            if run.done:
+                ends[run.end_reason] = ends.get(run.end_reason, 0) + 1
+            else:
+                still.append(run)
+        active = still
+    return samples, ends, unplannable
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(spec: Any, prompt_cfg: PromptConfig, limits: Any, threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, threads))  # the workers share the machine's cores
+    _WORKER.update(policy=spec.build(), prompt_cfg=prompt_cfg, limits=limits)
+
+
+def _worker_batch(episodes: list[dict]):
+    return _collect_batch(_WORKER["policy"], episodes, _WORKER["prompt_cfg"], _WORKER["limits"])
+
+
+def collect_states(
+    policy: Any, episodes: Sequence[dict], prompt_cfg: PromptConfig, limits: Any, batch_size: int, workers: int = 1
+) -> tuple[list[dict], dict[str, Any]]:
+    """Play ``episodes`` with ``policy`` and return (one sample per planner call, a summary).
+
+    ``workers > 1`` plays the batches in that many spawned processes (``policy`` must then be a picklable spec
+    with ``build()``, e.g. :class:`~embodied_rft.evaluate.policy.PolicySpec`), each with its share of the cores;
+    results are merged in batch order, so the samples do not depend on the number of workers."""
     if prompt_cfg.observation == "image":
         raise ValueError(
             "grpo.onpolicy: image observations are not supported yet (the states would need their frames saved)"
         )
     t0 = time.perf_counter()
+    batches = [list(episodes[i : i + batch_size]) for i in range(0, len(episodes), batch_size)]
+    if workers > 1 and len(batches) > 1:
+        if not hasattr(policy, "build"):
+            raise TypeError("collect_states(workers > 1): pass a policy spec with build(), not a built policy")
+        import multiprocessing as mp
+        import os
+
+        n = min(workers, len(batches))
+        threads = max(1, (os.cpu_count() or 1) // n)
+        with mp.get_context("spawn").Pool(n, _init_worker, (policy, prompt_cfg, limits, threads)) as pool:
+            parts = list(progress(pool.imap(_worker_batch, batches), total=len(batches), desc="on-policy states"))
+    else:
+        built = policy.build() if hasattr(policy, "build") else policy
+        try:
+            parts = [
+                _collect_batch(built, b, prompt_cfg, limits)
+                for b in progress(batches, desc="on-policy states", unit="batch")
+            ]
+        finally:
+            if built is not policy and hasattr(built, "close"):
+                built.close()
     samples: list[dict] = []
     ends: dict[str, int] = {}
     unplannable = 0
-    for start in progress(range(0, len(episodes), batch_size), desc="on-policy states", unit="batch"):
-        active = [EpisodeRun(ep, prompt_cfg, limits) for ep in episodes[start : start + batch_size]]
-        while active:
-            prompts = []
-            for run in active:
-                s = state_sample(run)
-                if s is None:
-                    unplannable += 1
-                    prompts.append(run.messages())
-                else:
-                    samples.append(s)
-                    prompts.append(s["prompt"])  # the same messages the run would build
-            responses = policy.plan(prompts, None, [r.context() for r in active])
-            still = []
-            for run, text in zip(active, responses, strict=True):
-                run.apply(text if isinstance(text, str) else "")
-                if run.done:
-                    ends[run.end_reason] = ends.get(run.end_reason, 0) + 1
-                else:
-                    still.append(run)
-            active = still
+    for got, e, u in parts:
+        samples.extend(got)
+        for k, v in e.items():
+            ends[k] = ends.get(k, 0) + v
+        unplannable += u
     summary = {
         "episodes": len(episodes),
         "success": ends.get("success", 0),
@@ -164,6 +221,19 @@ def mix_prompts(decomposed: list[dict], states: list[dict], fraction: float, see
     return list(states) + picked
 
 
+def select_states(states: tuple[list[dict], dict[str, Any]], failed_only: bool) -> tuple[list[dict], dict[str, Any]]:
+    """The collected states, only those after a failed action with ``failed_only`` (counted in the summary)."""
+    if not failed_only:
+        return states
+    kept = [s for s in states[0] if s.get("failed_last")]
+    if not kept:
+        raise DataError(
+            f"grpo.onpolicy.failed_only: none of the {len(states[0])} collected states follows a failed action; "
+            "play more episodes (grpo.onpolicy.episodes) or set failed_only=false"
+        )
+    return kept, {**states[1], "failed_only": True, "states_kept": len(kept)}
+
+
 def load_or_collect(path: str | Path, key: str, collect: Any) -> tuple[list[dict], dict[str, Any]]:
     """The states saved at ``path`` for the inputs fingerprint ``key``, else ``collect()``'s, saved there."""
     path = Path(path)
@@ -186,5 +256,6 @@ __all__ = [
     "collect_states",
     "load_or_collect",
     "mix_prompts",
+    "select_states",
     "state_sample",
 ]

@@ -16,15 +16,22 @@ from embodied_rft.core.digest import path_identity
 from embodied_rft.data.jsonl import iter_jsonl
 from embodied_rft.data.prompt import PromptConfig
 from embodied_rft.evaluate.config import EpisodeLimits
-from embodied_rft.evaluate.policy import ModelPolicy
+from embodied_rft.evaluate.policy import ModelPolicy, PolicySpec
 from embodied_rft.generation.base import make_generator
 from embodied_rft.generation.config import GenerationConfig
 from embodied_rft.generation.fast import checkpoint_supported
+from embodied_rft.regrpo.reward import openrlhf_options
 from embodied_rft.reward import RewardConfig
 from embodied_rft.train.grpo.checkpoint import fingerprint
 from embodied_rft.train.grpo.config import GRPOConfig
-from embodied_rft.train.grpo.driver import run_grpo_local
-from embodied_rft.train.grpo.onpolicy import choose_episodes, collect_states, load_or_collect, mix_prompts
+from embodied_rft.train.grpo.driver import run_grpo_local, select_decomposed
+from embodied_rft.train.grpo.onpolicy import (
+    choose_episodes,
+    collect_states,
+    load_or_collect,
+    mix_prompts,
+    select_states,
+)
 from embodied_rft.train.openrlhf.job import build_openrlhf_job, write_prompt_data
 
 
@@ -37,6 +44,8 @@ def run_grpo_stage(ctx) -> None:
     train, val = Path(p.decomposed_dir) / "train.jsonl", Path(p.decomposed_dir) / "val.jsonl"
     policy_dir = getattr(p, f"{gcfg.init}_model")
     states = _onpolicy_states(ctx, gcfg, policy_dir) if gcfg.onpolicy.episodes else None
+    if states is not None:
+        states = select_states(states, gcfg.onpolicy.failed_only)
     if gcfg.backend == "local":
         run_grpo_local(
             gcfg,
@@ -49,6 +58,7 @@ def run_grpo_stage(ctx) -> None:
             Path(p.work_dir) / "grpo",
             reward=reward,
             states=states,
+            executor=_executor(p, reward),
         )
         return
     if Path(gcfg.openrlhf.save_path).resolve() != Path(p.grpo_model).resolve():
@@ -58,21 +68,37 @@ def run_grpo_stage(ctx) -> None:
     prompts = openrlhf_prompts(train, states, gcfg, Path(p.work_dir) / "openrlhf")
     vision = any(rec.get("image") for _, rec in iter_jsonl(train))
     _, submit = build_openrlhf_job(
-        gcfg, policy_path=policy_dir, prompt_data=str(prompts), reward_variant=reward.variant, vision=vision
+        gcfg,
+        policy_path=policy_dir,
+        prompt_data=str(prompts),
+        reward_variant=reward.variant,
+        vision=vision,
+        reward_options=openrlhf_options(reward),
     )
     subprocess.run(submit, check=True)
 
 
+def _executor(p, reward: RewardConfig):
+    """The regrpo reward's executed success (``reward.regrpo.success: executed``) over the train episodes."""
+    if reward.variant != "regrpo" or reward.regrpo.success != "executed":
+        return None
+    from embodied_rft.regrpo.execute import Executor
+
+    return Executor({rec["episode_id"]: rec for _, rec in iter_jsonl(Path(p.episodes_dir) / "train.jsonl")})
+
+
 def openrlhf_prompts(train: Path, states: tuple[list[dict], dict] | None, gcfg: GRPOConfig, out_dir: Path) -> Path:
-    """OpenRLHF's prompt file in ``out_dir``: the decomposed train samples, mixed with the on-policy states
-    (``grpo.onpolicy.fraction``) when there are any; image paths stay relative to the job's working dir."""
+    """OpenRLHF's prompt file in ``out_dir``: the decomposed train samples (only the recovery ones with
+    ``grpo.decomposed_prompts: recovery``), mixed with the on-policy states (``grpo.onpolicy.fraction``) when there
+    are any; image paths stay relative to the job's working dir."""
     prompts = out_dir / "train.jsonl"
-    if states is None:
+    if states is None and gcfg.decomposed_prompts == "all":
         write_prompt_data(train, prompts)
         return prompts
     mixed = out_dir / "samples.jsonl"
+    decomposed = select_decomposed([rec for _, rec in iter_jsonl(train)], gcfg.decomposed_prompts, str(train))
     write_jsonl_atomic(
-        mixed, mix_prompts([rec for _, rec in iter_jsonl(train)], states[0], gcfg.onpolicy.fraction, gcfg.seed)
+        mixed, mix_prompts(decomposed, states[0], gcfg.onpolicy.fraction, gcfg.seed) if states else decomposed
     )
     write_prompt_data(mixed, prompts, image_prefix=str(train.parent))
     return prompts
@@ -103,24 +129,20 @@ def _onpolicy_states(ctx, gcfg: GRPOConfig, policy_dir: str) -> tuple[list[dict]
             torch.set_num_threads(gcfg.num_threads)
         # greedy: the fast backend's outputs are token-identical to hf's, so it is used wherever grpo.sampler allows
         fast = gcfg.sampler != "hf" and checkpoint_supported(policy_dir)
-        gen = make_generator(
-            policy_dir,
-            GenerationConfig(
-                backend="fast" if fast else "hf",
-                max_new_tokens=max_new_tokens,
-                batch_size=oc.batch_size,
-                temperature=0.0,
-                seed=gcfg.seed,
-            ),
+        gen_cfg = GenerationConfig(
+            backend="fast" if fast else "hf",
+            max_new_tokens=max_new_tokens,
+            batch_size=oc.batch_size,
+            temperature=0.0,
+            seed=gcfg.seed,
         )
+        episodes = choose_episodes(episodes_path, oc.episodes, oc.seed)
+        if oc.workers > 1:  # each worker process builds the policy itself
+            spec = PolicySpec("model", str(policy_dir), gen_cfg, gcfg.seed)
+            return collect_states(spec, episodes, prompt_cfg, limits, oc.batch_size, workers=oc.workers)
+        gen = make_generator(policy_dir, gen_cfg)
         try:
-            return collect_states(
-                ModelPolicy(gen),
-                choose_episodes(episodes_path, oc.episodes, oc.seed),
-                prompt_cfg,
-                limits,
-                oc.batch_size,
-            )
+            return collect_states(ModelPolicy(gen), episodes, prompt_cfg, limits, oc.batch_size)
         finally:
             gen.close()
 

@@ -20,7 +20,8 @@ The mapping (paper §3.2-3.3 → OpenRLHF):
 * the reward → ``--reward.remote_url src/embodied_rft/train/openrlhf/reward.py`` (``reward``), the
   variant passed as ``EMBODIED_RFT_REWARD_VARIANT`` in the job's env.
 
-Not expressible in OpenRLHF (the local engine's extras): ``filter.drop_zero_variance`` (OpenRLHF trains
+Not expressible in OpenRLHF (the local engine's extras): ``minibatch: groups`` (OpenRLHF's replay buffer
+shuffles single samples: ``rows``), ``filter.drop_zero_variance`` (OpenRLHF trains
 on equal-reward groups, which carry zero advantage), ``filter.on_stall``/``max_consecutive_rejects``
 (OpenRLHF keeps replacing prompts until the data runs out). Its logged filter pass rate is G× too high
 (an upstream bug, docs/facts.md §5.4).
@@ -44,6 +45,8 @@ from typing import Any
 from embodied_rft.config import ConfigError, build, check
 from embodied_rft.core.atomic import write_jsonl_atomic
 from embodied_rft.data.jsonl import DataError, iter_jsonl
+from embodied_rft.regrpo.reward import openrlhf_options
+from embodied_rft.reward import RewardConfig
 from embodied_rft.train.grpo.config import GRPOConfig
 
 log = logging.getLogger(__name__)
@@ -239,11 +242,18 @@ def openrlhf_args(
 
 
 def runtime_env(
-    cfg: GRPOConfig, reward_variant: str, working_dir: str = ".", excludes: Sequence[str] = DEFAULT_EXCLUDES
+    cfg: GRPOConfig,
+    reward_variant: str,
+    working_dir: str = ".",
+    excludes: Sequence[str] = DEFAULT_EXCLUDES,
+    reward_options: dict | None = None,
 ) -> dict:
-    """The job's Ray runtime env: the uploaded repository and non-secret env vars."""
+    """The job's Ray runtime env: the uploaded repository and non-secret env vars (the reward variant and, for
+    ``regrpo``, its coefficients as JSON in ``EMBODIED_RFT_REWARD_OPTIONS``)."""
     env = dict(cfg.openrlhf.env)
     env["EMBODIED_RFT_REWARD_VARIANT"] = reward_variant
+    if reward_options:
+        env["EMBODIED_RFT_REWARD_OPTIONS"] = json.dumps(reward_options, sort_keys=True)
     return {"working_dir": working_dir, "excludes": list(excludes), "env_vars": env}
 
 
@@ -257,9 +267,15 @@ def build_openrlhf_job(
     working_dir: str = ".",
     eval_data: str | None = None,
     reward_file: str = REWARD_FILE,
+    reward_options: dict | None = None,
 ) -> tuple[list[str], list[str]]:
     """(the trainer argv, the ``ray job submit`` argv that runs it on ``cfg.openrlhf.ray_address``)."""
     check(cfg.backend == "openrlhf", "grpo.backend", f"is {cfg.backend!r}; the OpenRLHF job needs grpo=openrlhf")
+    check(
+        cfg.minibatch == "rows",
+        "grpo.minibatch",
+        "groups is a local-engine option; OpenRLHF's replay buffer shuffles single samples (set rows)",
+    )
     train = ["python3", "-m", "openrlhf.cli.train_ppo_ray"] + openrlhf_args(
         cfg,
         policy_path=policy_path,
@@ -275,7 +291,7 @@ def build_openrlhf_job(
         "--address",
         cfg.openrlhf.ray_address,
         "--runtime-env-json",
-        json.dumps(runtime_env(cfg, reward_variant, working_dir), sort_keys=True),
+        json.dumps(runtime_env(cfg, reward_variant, working_dir, reward_options=reward_options), sort_keys=True),
         "--",
         *train,
     ]
@@ -333,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         composed = compose_job_config(args.overrides, args.config_dir)
-        variant = (composed.get("reward") or {}).get("variant", "paper")
+        reward = build(RewardConfig, composed.get("reward") or {}, "reward")
         cfg = build(GRPOConfig, composed["grpo"], "grpo")
         vision = False
         if Path(args.train_samples).exists():
@@ -348,9 +364,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg,
             policy_path=args.policy,
             prompt_data=args.prompt_data,
-            reward_variant=variant,
+            reward_variant=reward.variant,
             vision=vision,
             working_dir=args.working_dir,
+            reward_options=openrlhf_options(reward),
         )
     except (ConfigError, DataError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -18,7 +18,9 @@ response ends at the first end-of-turn token. OpenRLHF swallows reward exception
 pass the filter with reward None, so this function never raises: anything unexpected scores 0.
 
 The reward variant comes from ``EMBODIED_RFT_REWARD_VARIANT`` (set by the job's runtime env from the
-``reward:`` config; default ``paper``). Departure from the RR code: it parsed the response after
+``reward:`` config; default ``paper``); for ``regrpo`` its coefficients come as JSON in
+``EMBODIED_RFT_REWARD_OPTIONS``, reflection tokens are the tokenizer's at ``EMBODIED_RFT_TOKENIZER`` (a local
+checkpoint folder; words without it), and ``reflection_tokens`` joins the logged terms. Departure from the RR code: it parsed the response after
 ``"assistant\\n"`` with a bare ``json.loads``; here the tolerant parser of the ``paper`` variant applies.
 """
 
@@ -68,14 +70,35 @@ def split_response(query: str, prompt: str, marker: str | None = None) -> str:
     return rest[:cut].strip()
 
 
+def _regrpo_options() -> dict:
+    """The regrpo coefficients and token counter from the job's env (module docstring); read once."""
+    import json
+
+    if "regrpo" not in _OPTIONS:
+        opts = json.loads(os.environ.get("EMBODIED_RFT_REWARD_OPTIONS") or "{}")
+        path = os.environ.get("EMBODIED_RFT_TOKENIZER")
+        if path:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            opts["count_tokens"] = lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
+        _OPTIONS["regrpo"] = opts
+    return _OPTIONS["regrpo"]
+
+
+_OPTIONS: dict[str, dict] = {}
+
+
 def _one(query: object, prompt: object, label: object, variant: str) -> tuple[float, float, dict[str, float]]:
+    keys = EXTRA_KEYS + (("reflection_tokens",) if variant == "regrpo" else ())
     try:
         response = split_response(str(query), str(prompt))
-        rb = _reward.score(response, label, variant)
-        return rb.total, rb.accuracy_full, {k: float(getattr(rb, k)) for k in EXTRA_KEYS}
+        opts = _regrpo_options() if variant == "regrpo" else {}
+        rb = _reward.score(response, label, variant, **opts)
+        return rb.total, rb.accuracy_full, {k: float(getattr(rb, k)) for k in keys}
     except Exception:  # noqa: BLE001 - OpenRLHF would swallow it and let the sample through unscored
         log.warning("reward failed on one sample; scoring 0", exc_info=True)
-        return 0.0, 0.0, dict.fromkeys(EXTRA_KEYS, 0.0)
+        return 0.0, 0.0, dict.fromkeys(keys, 0.0)
 
 
 def reward_func(queries, prompts, labels, **kwargs) -> dict:
@@ -100,5 +123,6 @@ def reward_func(queries, prompts, labels, **kwargs) -> dict:
         results = [(0.0, 0.0, dict.fromkeys(EXTRA_KEYS, 0.0))] * n
     rewards = torch.tensor([r[0] for r in results], dtype=torch.float32)
     scores = torch.tensor([r[1] for r in results], dtype=torch.float32)
-    extra = {k: torch.tensor([r[2][k] for r in results], dtype=torch.float32) for k in EXTRA_KEYS}
+    keys = results[0][2] if results else EXTRA_KEYS
+    extra = {k: torch.tensor([r[2][k] for r in results], dtype=torch.float32) for k in keys}
     return {"rewards": rewards, "scores": scores, "extra_logs": extra}

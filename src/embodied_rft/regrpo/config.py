@@ -1,0 +1,96 @@
+"""The ReGRPO options of existing sections, as frozen, self-checking dataclasses (docs/regrpo.md §1):
+
+- ``decompose.rot`` (:class:`RotConfig`): recovery samples come from the reflection-of-thought engine
+  (``regrpo/rot.py``) instead of decomposition's plain near misses;
+- ``teacher.rot`` (:class:`RotDistillConfig`): what ``distill`` writes as a RoT sample's reasoning (none / the
+  triple / the shuffled control) and the clean:RoT mix of ``sft.jsonl``;
+- ``reward.regrpo`` (:class:`RegrpoRewardConfig`): the coefficients of R = λ_exec·1{success} − η·C(τ) + λ_val·V.
+
+Input: each mapping via ``config.build``. Output: the objects ``data/decompose.py``, ``teacher/distill.py`` and
+``reward.py`` take. Every option is off by default (the default pipeline's outputs stay byte-identical); the
+values are the released code's (showlab/ReGRPO: the error-type mix, ``clean_ratio`` 0.5, η = 0.1 per 100
+reflection tokens, λ_val = 0). No import beyond :mod:`embodied_rft.config`, so the reward file stays light.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..config import check
+
+# the four error types of the RoT engine, in the released code's order, and its target mix
+ERROR_TYPES = ("GroundingDrift", "ToolMismatch", "ArgInvalid", "InfoInsufficient")
+TARGET_MIX = {"GroundingDrift": 0.294, "ToolMismatch": 0.246, "ArgInvalid": 0.308, "InfoInsufficient": 0.152}
+
+
+@dataclass(frozen=True)
+class RotConfig:
+    # recovery samples (decompose.recovery_per_episode) from executed near-misses of the four error types, each
+    # with its error type, failed action and simulator feedback (field `rot`) and a corrected plan checked to
+    # reach the goal; false = decomposition's plain near misses (the default, byte-identical)
+    enabled: bool = False
+    # target share of each error type among the RoT samples (renormalised over the types feasible at a step)
+    mix: dict[str, float] = field(default_factory=lambda: dict(TARGET_MIX))
+    # a step whose chosen type would rise more than this above its target share gets no RoT sample (counted), so a
+    # type that is feasible where the others are not cannot crowd them out; 1.0 = never skip
+    max_over_target: float = 0.04
+
+    def __post_init__(self) -> None:
+        check(
+            0.0 < self.max_over_target <= 1.0, "rot.max_over_target", f"must be in (0, 1], got {self.max_over_target}"
+        )
+        unknown = sorted(set(self.mix) - set(ERROR_TYPES))
+        check(not unknown, "rot.mix", f"unknown error types {unknown}; choose from {list(ERROR_TYPES)}")
+        check(
+            all(v >= 0 for v in self.mix.values()) and sum(self.mix.values()) > 0,
+            "rot.mix",
+            f"weights must be >= 0 and not all 0, got {dict(self.mix)}",
+        )
+
+
+@dataclass(frozen=True)
+class RotDistillConfig:
+    # the reasoning_and_reflection of a RoT sample: none (the teacher's plain reasoning, as for any replanning
+    # sample: the "plain recovery" arm) | rot (the ErrorType/Evidence/FixPlan triple from the simulator's feedback)
+    # | shuffled (control: each triple replaced by a length-matched triple of another RoT sample)
+    reflection: Literal["none", "rot", "shuffled"] = "none"
+    # share of clean samples among clean + RoT records in sft.jsonl; the larger side is subsampled (fixed seed).
+    # null = keep every record; ReGRPO's cold start: 0.5
+    clean_ratio: float | None = None
+    # seed of the subsample, the triples' wordings and the shuffled pairing
+    seed: int = 0
+    # teacher-written triples (backend openai): characters kept per field
+    max_chars: int = 300
+
+    def __post_init__(self) -> None:
+        check(
+            self.clean_ratio is None or 0.0 < self.clean_ratio < 1.0,
+            "rot.clean_ratio",
+            f"must be in (0, 1) or null (keep all), got {self.clean_ratio}",
+        )
+        check(self.max_chars >= 40, "rot.max_chars", f"must be >= 40, got {self.max_chars}")
+
+
+@dataclass(frozen=True)
+class RegrpoRewardConfig:
+    # λ_exec: weight of success (offline: the whole remaining gold plan, accuracy_full; executed: the goal reached)
+    lambda_exec: float = 1.0
+    # η: weight of the reflection cost C = reflection tokens / cost_tokens (0 for a response without reflection)
+    eta: float = 0.1
+    # tokens per unit of reflection cost (the released code: 100)
+    cost_tokens: int = 100
+    # λ_val: weight of V, the dense value term (the paper's prefix accuracy offline, the oracle's progress executed)
+    lambda_val: float = 0.0
+    # offline (success = accuracy_full against the label) | executed (the plan run from the sample's state in the
+    # simulator reaches the goal; needs the episodes: the grpo stage passes them)
+    success: Literal["offline", "executed"] = "offline"
+
+    def __post_init__(self) -> None:
+        check(self.lambda_exec > 0, "regrpo.lambda_exec", f"must be > 0, got {self.lambda_exec}")
+        check(self.eta >= 0, "regrpo.eta", f"must be >= 0, got {self.eta}")
+        check(self.cost_tokens >= 1, "regrpo.cost_tokens", f"must be >= 1, got {self.cost_tokens}")
+        check(self.lambda_val >= 0, "regrpo.lambda_val", f"must be >= 0, got {self.lambda_val}")
+
+
+__all__ = ["ERROR_TYPES", "TARGET_MIX", "RegrpoRewardConfig", "RotConfig", "RotDistillConfig"]

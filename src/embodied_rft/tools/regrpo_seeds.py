@@ -1,0 +1,195 @@
+"""ReGRPO over seeds: the cold-start SFT arms and the RL arms once per seed, then the paired comparison table
+(docs/regrpo.md §7).
+
+``python -m embodied_rft.tools.regrpo_seeds --seeds 0 1 2 [--arms ...] [--modes free regrpo] [--subdir regrpo]
+[--summary-only] [-- OVERRIDE ...]`` (``make regrpo-seeds``) runs, per seed under ``runs/seed-<s>/`` (the layout of
+``make seeds``: ``seed=<s>`` and every ``paths.*`` re-rooted, so its ``prepare`` is reused), the stages each arm needs
+through the same entry points DVC calls (``python -m stages.<name>``):
+
+- ``prepare`` (shared with ``make seeds``), then ``decompose`` with the RoT engine into ``<subdir>/decomposed``;
+- the SFT arms, each ``distill`` -> ``base`` -> ``sft`` on the same samples and the same budget, differing only in the
+  reasoning of the RoT samples: ``plain`` (the plain replanning reasoning), ``rot`` (the triple), ``shuffled``
+  (each triple swapped with a length-matched one of another sample: the control);
+- the GRPO arms from the ``rot`` SFT policy, same prompts (on-policy failure states + RoT states) and budget:
+  ``paper`` (the paper's reward), ``regrpo`` (η = 0.1), ``regrpo_eta0`` (η = 0);
+- ``evaluate`` of each arm's model in each mode of ``--modes`` (``evaluate.reflection``).
+
+A stage is skipped when its metrics exist with unchanged parameters (``tools/seeds.py``'s stamps), and every stage
+resumes on its own (SFT and GRPO checkpoints, the evaluation's result store), so an interrupted run picks up where
+it stopped. Then it reads every evaluation and writes ``metrics/regrpo.json`` and ``reports/regrpo.md``
+(:mod:`embodied_rft.regrpo.report`). Recipe overrides are :data:`RECIPE` and :data:`ARMS` below; anything after
+``--`` is added to every stage (``-- evaluate.splits=[valid_seen] --subdir regrpo-valid_seen`` chooses on valid_seen).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+from embodied_rft.core.atomic import write_json_atomic, write_text_atomic
+from embodied_rft.regrpo.report import GRPO_ARMS, SFT_ARMS, render, summarise
+from embodied_rft.tools.seeds import _conf_paths, _run_stage, path_overrides
+
+log = logging.getLogger(__name__)
+
+# the ReGRPO data recipe shared by every arm: RoT recovery samples (two per trajectory) at the cold start's 1:1 mix
+RECIPE = ["decompose.rot.enabled=true", "decompose.recovery_per_episode=2", "teacher.rot.clean_ratio=0.5"]
+# what each arm changes
+ARMS = {
+    "plain": ["teacher.rot.reflection=none"],
+    "rot": ["teacher.rot.reflection=rot"],
+    "shuffled": ["teacher.rot.reflection=shuffled"],
+    "paper": ["grpo.onpolicy.failed_only=true", "grpo.decomposed_prompts=recovery"],
+    "regrpo": ["grpo.onpolicy.failed_only=true", "grpo.decomposed_prompts=recovery", "reward=regrpo"],
+    "regrpo_eta0": [
+        "grpo.onpolicy.failed_only=true",
+        "grpo.decomposed_prompts=recovery",
+        "reward=regrpo",
+        "reward.regrpo.eta=0.0",
+    ],
+}
+MODES = ("free", "regrpo")
+
+
+def _outputs(d: Path) -> list[str]:
+    """``paths.*`` overrides sending a stage's metrics, plots, reports and work dir to ``d``."""
+    return [
+        f"paths.{k}={(d / v).as_posix()}"
+        for k, v in (
+            ("metrics_dir", "metrics"),
+            ("plots_dir", "plots"),
+            ("reports_dir", "reports"),
+            ("work_dir", "work"),
+        )
+    ]
+
+
+def _models(d: Path) -> list[str]:
+    """``paths.*`` overrides for an SFT arm's data and models under ``d``."""
+    return [
+        f"paths.distilled={(d / 'distilled' / 'sft.jsonl').as_posix()}",
+        f"paths.teacher_cache={(d / 'teacher_cache').as_posix()}",
+        f"paths.base_model={(d / 'models' / 'base').as_posix()}",
+        f"paths.sft_model={(d / 'models' / 'sft').as_posix()}",
+    ]
+
+
+def _share_states(base: Path, arm: str) -> None:
+    """Copy the on-policy states another GRPO arm collected from the same RoT-SFT policy into this arm's work dir;
+    the stage reuses them only when their inputs' fingerprint matches (``train/grpo/onpolicy.py``)."""
+    dst = base / arm / "work" / "grpo_states"
+    if (dst / "states.jsonl").exists():
+        return
+    for other in GRPO_ARMS:
+        src = base / other / "work" / "grpo_states"
+        if other != arm and (src / "states.jsonl").exists() and (src / "states.meta.json").exists():
+            dst.mkdir(parents=True, exist_ok=True)
+            for name in ("states.jsonl", "states.meta.json"):
+                shutil.copyfile(src / name, dst / name)
+            return
+
+
+def run_seed(seed: int, root: Path, subdir: str, arms: list[str], modes: list[str], extra: list[str]) -> None:
+    """Every stage the chosen arms need for one seed (module docstring)."""
+    paths = _conf_paths()
+    common = [f"seed={seed}", *path_overrides(paths, root)]
+    base, logs = root / subdir, root / subdir / "logs"
+    if any(o.split("=")[0].lstrip("+~").startswith(("data", "experiment")) for o in extra):
+        # other episodes than `make seeds`': prepared under the subdir, never over its runs
+        common.append(f"paths.episodes_dir={(base / 'episodes').as_posix()}")
+        prep = [*common, *_outputs(base), *extra]
+        ran = _run_stage(seed, "prepare", prep, base / "metrics" / "prepare.json", logs / "prepare", False)
+    else:  # the episodes of `make seeds` (same seed and overrides: its stamp makes this a no-op when it ran)
+        done = root / paths["metrics_dir"] / "prepare.json"
+        ran = _run_stage(seed, "prepare", common, done, root / "logs" / "prepare", False)
+    shared = [*common, *RECIPE, f"paths.decomposed_dir={(base / 'decomposed').as_posix()}"]
+    ran = _run_stage(
+        seed,
+        "decompose",
+        [*shared, *_outputs(base), *extra],
+        base / "metrics" / "decompose.json",
+        logs / "decompose",
+        ran,
+    )
+    after: dict[str, bool] = {}  # arm -> whether it (or anything before it) ran in this call
+    need_rot = bool(set(arms) & set(GRPO_ARMS))
+    for arm in [a for a in SFT_ARMS if a in arms or (a == "rot" and need_rot)]:
+        args = [*shared, *ARMS[arm], *_models(base / arm), *_outputs(base / arm), *extra]
+        r = ran
+        for stage in ("distill", "base", "sft"):
+            r = _run_stage(seed, stage, args, base / arm / "metrics" / f"{stage}.json", logs / arm / stage, r) or r
+        after[arm] = r
+    for arm in [a for a in GRPO_ARMS if a in arms]:
+        model = f"paths.grpo_model={(base / arm / 'models' / 'grpo').as_posix()}"
+        args = [*shared, *ARMS[arm], *_models(base / "rot"), model, *_outputs(base / arm), *extra]
+        done = base / arm / "metrics" / "grpo.json"
+        _share_states(base, arm)
+        after[arm] = _run_stage(seed, "grpo", args, done, logs / arm / "grpo", after["rot"])
+    for arm in arms:
+        model = "grpo" if arm in GRPO_ARMS else "sft"
+        src = f"paths.{model}_model={(base / arm / 'models' / model).as_posix()}"
+        for mode in modes:
+            d = base / arm / f"eval-{mode}"
+            args = [
+                *shared,
+                src,
+                *_outputs(d),
+                f"evaluate.models=[{model}]",
+                "evaluate.reference_policies=[]",
+                "evaluate.max_offline_samples=0",
+                f"evaluate.reflection={mode}",
+                *extra,
+            ]
+            _run_stage(seed, "evaluate", args, d / "metrics" / "eval.json", logs / arm / f"evaluate-{mode}", after[arm])
+
+
+def collect(runs: dict[int, Path], subdir: str, arms: list[str], modes: list[str]) -> dict[int, dict]:
+    """``{seed: {(arm, mode): eval.details.json}}`` of the finished evaluations."""
+    out: dict[int, dict] = {}
+    for s, root in runs.items():
+        out[s] = {}
+        for arm in arms:
+            for mode in modes:
+                f = root / subdir / arm / f"eval-{mode}" / "metrics" / "eval.details.json"
+                if f.exists():
+                    out[s][(arm, mode)] = json.loads(f.read_text("utf-8"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--arms", nargs="+", default=[*SFT_ARMS, *GRPO_ARMS], choices=list(ARMS))
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    ap.add_argument("--runs-dir", default="runs", help="each seed's artifacts go under <runs-dir>/seed-<s>/<subdir>/")
+    ap.add_argument("--subdir", default="regrpo")
+    ap.add_argument("--summary-only", action="store_true", help="summarise the finished runs, run nothing")
+    ap.add_argument("--out-metrics", default="metrics/regrpo.json")
+    ap.add_argument("--out-report", default="reports/regrpo.md")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides for every stage (after --)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    runs = {s: Path(args.runs_dir) / f"seed-{s}" for s in args.seeds}
+    if not args.summary_only:
+        for s, root in runs.items():
+            run_seed(s, root, args.subdir, list(args.arms), list(args.modes), list(args.overrides))
+    records = collect(runs, args.subdir, list(args.arms), list(args.modes))
+    if not any(records.values()):
+        raise SystemExit(
+            f"no ReGRPO evaluations under {args.runs_dir}/seed-*/{args.subdir} (run without --summary-only)"
+        )
+    summary = summarise(records)
+    summary["recipe"] = {"shared": RECIPE, "arms": {a: ARMS[a] for a in args.arms}, "overrides": args.overrides}
+    write_json_atomic(Path(args.out_metrics), summary)
+    text = render(summary)
+    write_text_atomic(Path(args.out_report), text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,2 @@
+"""VeGAS (arXiv 2605.12620) on the symbolic world: failure synthesis executed in the simulator (``synth``), a trained
+generative verifier (``verifier``) and verifier-guided Best-of-N action selection (``bon``); docs/vegas.md."""

@@ -1,0 +1,300 @@
+"""The ``bon`` stage's library entry: every Best-of-N selector on the same held-out episodes, paired with greedy.
+
+Inputs: a :class:`~.config.BonConfig`; the policy checkpoint (``paths.<bon.policy>_model``), the trained verifier
+(``paths.verifier_model``, for ``bon_ft``), the SFT policy (``bon_zs``); the episode files (``bon.splits``); the
+prompt config (the training prompt). Outputs, each written atomically:
+
+- ``metrics_path`` (``metrics/bon.json`` + ``bon.details.json``): per selector, success overall / per subset /
+  long-horizon, the paired comparison with greedy (exact McNemar, ``evaluate/aggregate.py``), the cost columns
+  (policy samples, verifications and model calls per planner call, wall seconds); candidate coverage of the greedy
+  run's states; each verifier's AUROC on the policy's own live candidates;
+- ``report_path`` (``reports/bon.md``) and ``plot_path`` (success by selector, all episodes and long-horizon);
+- ``work_dir/<selector>/episodes.jsonl``: per-episode results, appended and fsynced as each episode ends
+  (``evaluate/store.py``), so a killed run resumes where it stopped; ``work_dir/live_<verifier>.jsonl`` likewise
+  for the live candidates' scores.
+
+Every selector plays the same episodes (a selector capped by ``max_episodes_by_selector`` plays a seeded, subset-
+balanced part of them; its paired test uses the shared ones). All numbers are a symbolic-simulator proxy.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..config import as_dict
+from ..core.metrics import write_metrics
+from ..data.prompt import PromptConfig
+from ..evaluate.aggregate import aggregate, paired
+from ..evaluate.config import EpisodeLimits
+from ..evaluate.episode import run_lockstep
+from ..evaluate.report import PROXY_LABEL
+from ..evaluate.stage import load_episodes, select_episodes
+from ..evaluate.store import ResultStore, dir_fingerprint, episode_hash, fingerprint
+from .bon_config import BonConfig
+from .report import render_report, success_plot
+from .score import auroc, balanced_accuracy
+from .select import VERIFIED, BonPolicy
+from .text import verification_messages
+
+log = logging.getLogger(__name__)
+LONG = "long_horizon"
+
+# what metrics/bon.json shows (per-episode outcomes, per-subset tables and the config are in the details)
+BON_HEADLINE = {
+    "episodes": True,
+    "selectors": {"*": {"success": True, "long_horizon": True, "model_calls_per_call": True}},
+    "paired_vs_greedy": {"*": {"gap": True, "p_mcnemar": True}},
+    "coverage": {"greedy_correct_rate": True, "coverage_at": True},
+    "live_auroc": {"*": {"auroc": True}},
+}
+
+
+def play(
+    episodes: Sequence[dict],
+    policy: BonPolicy,
+    prompt_cfg: PromptConfig,
+    limits: EpisodeLimits,
+    store: ResultStore,
+    per_task: int,
+) -> list[dict]:
+    """Play ``episodes`` (those ``store`` lacks) in lockstep tasks of ``per_task``; every result, with the policy's
+    per-episode counts, is appended to ``store`` as soon as its episode ends. Returns all results in order."""
+    todo = [ep for ep in episodes if store.done(ep) is None]
+    if len(todo) < len(episodes):
+        log.info("%s: %d of %d episodes already done", store.path, len(episodes) - len(todo), len(episodes))
+    by_id = {ep["episode_id"]: ep for ep in todo}
+    for i in range(0, len(todo), per_task):
+        for rec in run_lockstep(todo[i : i + per_task], policy, prompt_cfg, limits):
+            rec.update(policy.pop_stats(rec["episode_id"]))
+            rec["episode_hash"] = episode_hash(by_id[rec["episode_id"]])
+            store.append(rec)
+    out = []
+    for ep in episodes:
+        rec = store.done(ep)
+        if rec is None:  # pragma: no cover - run_lockstep yields every episode it was given
+            raise RuntimeError(f"episode {ep['episode_id']} has no result after the run")
+        out.append(rec)
+    return out
+
+
+def cost(recs: Sequence[dict]) -> dict[str, float]:
+    """The cost columns of one selector's results (module docstring)."""
+    calls = sum(r["planner_calls"] for r in recs)
+    ps = sum(r.get("policy_samples", 0) for r in recs)
+    ver = sum(r.get("verifications", 0) for r in recs)
+    secs = sum(r.get("seconds", 0.0) for r in recs)
+    per = (lambda x: round(x / calls, 4)) if calls else (lambda x: 0.0)  # noqa: E731
+    return {
+        "planner_calls": calls,
+        "policy_samples_per_call": per(ps),
+        "verifications_per_call": per(ver),
+        "model_calls_per_call": per(ps + ver),
+        "wall_s": round(secs, 2),
+        "wall_s_per_call": per(secs),
+    }
+
+
+def coverage(live_calls: Sequence[dict], ks: Sequence[int]) -> dict[str, Any]:
+    """Greedy's oracle-correct first-action rate on its own states, and coverage@k of the sampled candidates."""
+    if not live_calls:
+        return {}
+    correct = [c["greedy"]["label"] == "correct" for c in live_calls]
+    at = {}
+    for k in ks:
+        hit = 0
+        for c in live_calls:
+            labels = {x["a"]: x["label"] for x in c["cands"]}
+            hit += any(a is not None and labels.get(a) == "correct" for a in c["firsts"][:k])
+        at[str(k)] = round(hit / len(live_calls), 4)
+    greedy_rate = round(sum(correct) / len(correct), 4)
+    four = at.get("4")
+    return {
+        "planner_calls": len(live_calls),
+        "greedy_correct_rate": greedy_rate,
+        "coverage_at": at,
+        "distinct_first_actions": round(sum(len(c["cands"]) for c in live_calls) / len(live_calls), 3),
+        # the issue's "headroom first" check: coverage@4 at least 10 points above greedy's correct rate
+        "headroom_at_4": None if four is None else round(four - greedy_rate, 4),
+    }
+
+
+def live_items(live_calls: Sequence[tuple[dict, dict]], limit: int, seed: int) -> list[dict]:
+    """One item per (live state, distinct first action): its verification prompt and oracle label."""
+    items = []
+    for ep, c in live_calls:
+        for x in c["cands"]:
+            items.append(
+                {
+                    "episode_id": f"{ep['episode_id']}:{c['call']}:{x['a']}",
+                    "positive": x["label"] == "correct",
+                    "prompt": verification_messages(
+                        ep["instruction"], c["history"], c["observation"], x["reasoning"], x["a"], x["name"]
+                    ),
+                }
+            )
+    if limit and len(items) > limit:
+        keep = set(random.Random(f"{seed}:live").sample(range(len(items)), limit))
+        items = [it for i, it in enumerate(items) if i in keep]
+    return items
+
+
+def score_live(name: str, verifier: Any, items: Sequence[dict], store: ResultStore, batch: int) -> dict[str, Any]:
+    """P(yes) of every live item (resumable through ``store``), then AUROC and balanced accuracy."""
+    todo = [it for it in items if store.done(it) is None]
+    for i in range(0, len(todo), batch):
+        chunk = todo[i : i + batch]
+        for it, (p, verdict, _) in zip(chunk, verifier.p_yes([it["prompt"] for it in chunk]), strict=True):
+            store.append({"episode_id": it["episode_id"], "episode_hash": episode_hash(it), "p": p, "v": verdict})
+    done = [store.done(it) for it in items]
+    labels = [it["positive"] for it in items]
+    a = auroc([d["p"] for d in done], labels)
+    ba = balanced_accuracy([d["v"] == "yes" for d in done], labels)
+    log.info("live AUROC of %s: %s on %d candidates", name, a, len(items))
+    return {
+        "items": len(items),
+        "positives": sum(labels),
+        "auroc": None if a is None else round(a, 4),
+        "balanced_accuracy": None if ba is None else round(ba, 4),
+        "verdict_rate": round(sum(d["v"] is not None for d in done) / len(done), 4) if done else None,
+    }
+
+
+def run_bon(
+    cfg: BonConfig,
+    models: Mapping[str, str | Path],
+    episodes_paths: Sequence[str | Path],
+    metrics_path: str | Path,
+    report_path: str | Path,
+    plot_path: str | Path,
+    work_dir: str | Path,
+    *,
+    prompt_cfg: PromptConfig,
+    extra: Mapping[str, object] | None = None,
+) -> dict:
+    """Run every selector of ``cfg`` (module docstring). ``models``: ``policy``, ``sft`` and ``verifier`` folders."""
+    from ..generation import make_generator
+
+    work_dir = Path(work_dir)
+    if cfg.num_threads:
+        import torch
+
+        torch.set_num_threads(cfg.num_threads)
+    episodes, counts = load_episodes(episodes_paths, cfg.max_episodes, cfg.seed)
+    limits = EpisodeLimits(cfg.max_env_steps, cfg.max_invalid_actions, cfg.max_planner_calls)
+    gen = make_generator(Path(models["policy"]), cfg.generation)
+    common = {
+        "limits": as_dict(limits),
+        "prompt": as_dict(prompt_cfg),
+        "policy": dir_fingerprint(models["policy"]),
+        "generation": as_dict(cfg.generation),
+        **{k: getattr(cfg, k) for k in ("n", "temperature", "top_p", "unit", "seed")},
+    }
+    verifiers: dict[str, Any] = {}
+    results: dict[str, list[dict]] = {}
+    try:
+        for sel in cfg.selectors:
+            cap = cfg.max_episodes_by_selector.get(sel)
+            eps = select_episodes(episodes, cap, cfg.seed) if cap else episodes
+            fp: dict[str, Any] = {**common, "selector": sel}
+            if sel in VERIFIED:
+                verifiers.setdefault(sel, _verifier(sel, cfg, models, gen))
+                fp.update(verifier=_verifier_id(sel, cfg, models), m=cfg.m, vt=cfg.verifier_temperature)
+                fp["verifier_max_new_tokens"] = cfg.verifier_max_new_tokens
+            store = ResultStore(work_dir / sel / "episodes.jsonl", fingerprint(fp), resume=cfg.resume)
+            policy = BonPolicy(sel, gen, cfg, verifier=verifiers.get(sel), live=sel == "greedy")
+            log.info("bon %s: %d episodes", sel, len(eps))
+            results[sel] = play(eps, policy, prompt_cfg, limits, store, cfg.episodes_per_task)
+        by_id = {ep["episode_id"]: ep for ep in episodes}
+        live_calls = [(by_id[r["episode_id"]], c) for r in results.get("greedy", []) for c in r.get("live", [])]
+        live_auroc = {}
+        if live_calls:
+            for sel, ver in verifiers.items():
+                items = live_items(live_calls, cfg.live_max_by_selector.get(sel, cfg.live_max), cfg.seed)
+                fp = fingerprint({"verifier": _verifier_id(sel, cfg, models), "items": len(items), "seed": cfg.seed})
+                store = ResultStore(work_dir / f"live_{sel}.jsonl", fp, resume=cfg.resume)
+                live_auroc[sel] = score_live(sel, ver, items, store, cfg.generation.batch_size)
+    finally:
+        gen.close()
+    metrics = summarize_bon(cfg, results, [c for _, c in live_calls], live_auroc, counts)
+    metrics.update(extra or {})
+    write_metrics(metrics_path, metrics, BON_HEADLINE)
+    render_report(metrics, report_path)
+    success_plot(metrics, plot_path)
+    return metrics
+
+
+def _verifier(sel: str, cfg: BonConfig, models: Mapping[str, Any], gen: Any) -> Any:
+    from .score import Verifier
+
+    kw = {
+        "backend": cfg.verifier_backend,
+        "max_new_tokens": cfg.verifier_max_new_tokens,
+        "batch_size": cfg.generation.batch_size,
+        "device": cfg.generation.device,
+    }
+    if sel == "bon_ft":
+        return Verifier.load(Path(models["verifier"]), **kw)
+    if sel == "bon_zs_smollm2":
+        return Verifier.load(cfg.zs_model, **kw)
+    if Path(models["sft"]).resolve() == Path(models["policy"]).resolve() and hasattr(gen, "model"):
+        return Verifier(gen.model, gen.tokenizer, **kw)  # the policy itself, prompted as verifier
+    return Verifier.load(Path(models["sft"]), **kw)
+
+
+def _verifier_id(sel: str, cfg: BonConfig, models: Mapping[str, Any]) -> Any:
+    if sel == "bon_zs_smollm2":
+        return as_dict(cfg.zs_model)
+    return dir_fingerprint(models["verifier" if sel == "bon_ft" else "sft"])
+
+
+def summarize_bon(
+    cfg: BonConfig,
+    results: Mapping[str, list[dict]],
+    live_calls: Sequence[dict],
+    live_auroc: Mapping[str, dict],
+    counts: Mapping[str, int],
+) -> dict[str, Any]:
+    """The metrics record (module docstring) from the selectors' per-episode results."""
+    sel_out: dict[str, dict] = {}
+    outcomes: dict[str, dict[str, bool]] = {}
+    for sel, recs in results.items():
+        agg = aggregate(recs)
+        per = agg["per_subset"]
+        outcomes[sel] = {r["episode_id"]: bool(r["success"]) for r in recs}
+        sel_out[sel] = {
+            "episodes": len(recs),
+            "success": agg["overall"].get("success_rate"),
+            LONG: per[LONG]["success_rate"] if LONG in per else None,
+            **cost(recs),
+            "interactive": agg,
+        }
+    pairs, pairs_long = {}, {}
+    if "greedy" in outcomes:
+        long_ids = {r["episode_id"] for r in results["greedy"] if r.get("subset") == LONG}
+        for sel, out in outcomes.items():
+            if sel == "greedy":
+                continue
+            pairs[sel] = paired(outcomes["greedy"], out)
+            g_long = {k: v for k, v in outcomes["greedy"].items() if k in long_ids}
+            s_long = {k: v for k, v in out.items() if k in long_ids}
+            if set(g_long) & set(s_long):
+                pairs_long[sel] = paired(g_long, s_long)
+    return {
+        "label": PROXY_LABEL,
+        "episodes": sum(counts.values()),
+        "per_split": dict(counts),
+        "selectors": sel_out,
+        "paired_vs_greedy": pairs,
+        "paired_vs_greedy_long_horizon": pairs_long,
+        "coverage": coverage(live_calls, [k for k in cfg.coverage_k if k <= cfg.n]),
+        "live_auroc": dict(live_auroc),
+        "episode_success": outcomes,
+        "config": as_dict(cfg),
+    }
+
+
+__all__ = ["BON_HEADLINE", "coverage", "cost", "live_items", "play", "run_bon", "score_live", "summarize_bon"]

@@ -1,0 +1,142 @@
+"""The verifier's text: the verification prompt, the templated verification chain of thought, the verdict parser.
+
+Input: what the verifier is shown — the instruction, the action history with the simulator's feedback, the current
+observation, the candidate's reasoning and the candidate action — and, to write a training target, the simulator
+facts of that action (:class:`Facts`: the goal, what is held, where the agent is, whether the action executes and
+why not, the world oracle's label). Output:
+
+- :func:`verification_messages`: the chat prompt (one user turn; the tiny preset's compact history format,
+  docs/facts.md §4.2, and last the instruction to end with the verdict line, so a zero-shot model knows the format);
+- :func:`verification_cot`: a short chain of thought over those facts, each sentence drawn from several
+  wordings by a seeded RNG, ending with ``action_is_correct: yes`` or ``action_is_correct: no``;
+- :func:`parse_verdict`: ``yes`` / ``no`` / None from any verifier output (the last verdict line wins; quotes,
+  JSON and case tolerated; never raises).
+
+Only facts a careful reader of the prompt could establish go into the chain of thought (the goal's object and
+receptacle, what is in hand, where the agent is, whether the action can execute there and what the simulator
+would answer): the verifier learns to check them, not to recite hidden state. The paper's verification chains
+of thought come from a model; ``synth.cot: teacher`` asks an OpenAI-compatible teacher instead (``vegas/cot.py``).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..data.prompt import format_history
+from .templates import BY_REASON, EXEC_BAD, EXEC_OK, GOAL, GOAL_PHRASES, INSTRUCTION, PROMPT_FIELDS, STATE, VERDICT_KEY
+
+_VERDICT_RE = re.compile(r"""["']?action_is_correct["']?\s*[:=]\s*["']?\s*(yes|no)\b""", re.I)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the simulator and the oracle say about one candidate action (the chain of thought's material)."""
+
+    # "find a Tomato", ... and the task in EB type names
+    action: str
+    task_type: str
+    object_target: str
+    parent_target: str | None
+    toggle_target: str | None
+    # the type held before the action (None: nothing) and the object the agent stands at (None: room middle)
+    held: str | None
+    place: str | None
+    # the simulator's answer to the action, and the oracle's label and reason
+    executes: bool
+    feedback: str
+    label: str
+    reason: str
+
+    @property
+    def verdict(self) -> str:
+        return "yes" if self.label == "correct" else "no"
+
+
+def verification_messages(
+    instruction: str,
+    history: Sequence[dict],
+    observation: str,
+    reasoning: str,
+    action_id: int,
+    action_name: str,
+) -> list[dict]:
+    """The verification prompt: one user message (see the module docstring)."""
+    text = (
+        f"Task: {instruction}\n"
+        f"History:\n{format_history(history, compact=True)}\n"
+        f"Observation: {observation}\n"
+        f"{PROMPT_FIELDS[0]}{' '.join(str(reasoning).split()) or 'none'}\n"
+        f"{PROMPT_FIELDS[1]}{action_id} {action_name}\n"
+        f"{INSTRUCTION}"
+    )
+    return [{"role": "user", "content": text}]
+
+
+# ---------------------------------------------------------------------------------------------- the chain of thought
+
+
+_GOAL_BY_TASK = {
+    "pick_clean_then_place_in_recep": 1,
+    "pick_heat_then_place_in_recep": 2,
+    "pick_cool_then_place_in_recep": 3,
+    "pick_two_obj_and_place": 4,
+    "look_at_obj_in_light": 5,
+}
+
+
+def _goal(f: Facts) -> str:
+    phrase = GOAL_PHRASES[_GOAL_BY_TASK.get(f.task_type, 0)]
+    place = f.toggle_target if f.task_type == "look_at_obj_in_light" else f.parent_target
+    return phrase.format(o=f.object_target, p=place)
+
+
+def _short_feedback(feedback: str) -> str:
+    why = feedback.replace("Last action is invalid.", "").strip().rstrip(".")
+    why = why.split(". ")[0]
+    return why[:1].lower() + why[1:] if why else "it is not allowed here"
+
+
+def verification_cot(facts: Facts, rng: random.Random) -> str:
+    """The templated chain of thought for ``facts``, ending with the verdict line (module docstring)."""
+    held = f"the {facts.held}" if facts.held else "nothing"
+    place = f"the {facts.place}" if facts.place else "the middle of the room"
+    lines = [
+        rng.choice(GOAL).format(g=_goal(facts)) + " " + rng.choice(STATE).format(h=held, p=place),
+        (
+            rng.choice(EXEC_OK).format(a=facts.action)
+            if facts.executes
+            else rng.choice(EXEC_BAD).format(a=facts.action, why=_short_feedback(facts.feedback))
+        )
+        + " "
+        + rng.choice(BY_REASON[facts.reason]),
+        f"{VERDICT_KEY}: {facts.verdict}",
+    ]
+    return "\n".join(lines)
+
+
+def with_verdict(cot: str, verdict: str) -> str:
+    """``cot`` with any verdict it states removed and the line ``action_is_correct: <verdict>`` appended."""
+    body = "\n".join(line.strip() for line in _VERDICT_RE.sub("", cot).strip().splitlines() if line.strip())
+    return f"{body}\n{VERDICT_KEY}: {verdict}" if body else f"{VERDICT_KEY}: {verdict}"
+
+
+def parse_verdict(text: object) -> str | None:
+    """``yes`` / ``no`` from the last verdict line of a verifier's output, None when there is none."""
+    if not isinstance(text, str):
+        return None
+    found = _VERDICT_RE.findall(text[-4000:])
+    return found[-1].lower() if found else None
+
+
+__all__ = [
+    "INSTRUCTION",
+    "VERDICT_KEY",
+    "Facts",
+    "parse_verdict",
+    "verification_cot",
+    "verification_messages",
+    "with_verdict",
+]

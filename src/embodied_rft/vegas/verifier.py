@@ -1,0 +1,141 @@
+"""The ``verifier`` stage's library entry: train the generative verifier with the project's SFT, then score it.
+
+Inputs: a :class:`~.config.VerifierConfig`; the checkpoint it starts from (``verifier.init``: ``random`` =
+``models/base``, the policy's untrained base — random weights with the policy's tokenizer, the paper's "same base
+model as the policy"; ``sft`` = ``models/sft``); the verification records (``data/verify/{train,val}.jsonl``,
+written by ``synth``; their ``messages`` are SFT chat records). Outputs, written atomically: ``out_dir``
+(``models/verifier``), ``metrics_path`` (``metrics/verifier.json`` + details: the SFT run and the held-out
+scores), ``plots_path`` (the loss curve).
+
+Training is :func:`embodied_rft.train.sft.trainer.run_sft` unchanged: TRL's ``SFTTrainer`` with the loss on the
+assistant turn only (the chain of thought and the verdict), resumable from its checkpoints. Held-out metrics on
+the validation records (episodes never trained on): balanced accuracy of the greedy verdict (none written
+counts as ``no``), AUROC of P(yes) from the verdict token's probabilities (``vegas/score.py``), and the share of
+verifications that end with a verdict line.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..config import as_dict
+from ..core.metrics import write_metrics
+from ..data.jsonl import DataError, iter_jsonl
+from ..train.sft.trainer import run_sft
+from .config import VerifierConfig
+from .score import Verifier, auroc, balanced_accuracy
+
+log = logging.getLogger(__name__)
+
+VERIFIER_HEADLINE = {
+    "init": True,
+    "records": True,
+    "steps": True,
+    "final_loss": True,
+    "heldout": {"balanced_accuracy": True, "auroc": True, "verdict_rate": True},
+}
+
+
+def read_records(path: str | Path, limit: int = 0, seed: int = 0) -> list[dict]:
+    """Verification records of ``path`` (a seeded subsample of ``limit`` when given; 0 = all)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: verification records not found (run the `synth` stage: dvc repro synth)")
+    recs = []
+    for n, rec in iter_jsonl(path):
+        if rec.get("verdict") not in ("yes", "no") or not isinstance(rec.get("messages"), list):
+            raise DataError(f"{path}:{n}: field 'verdict' must be yes or no and 'messages' a list (a synth record)")
+        recs.append(rec)
+    if limit and len(recs) > limit:
+        keep = sorted(random.Random(seed).sample(range(len(recs)), limit))
+        recs = [recs[i] for i in keep]
+    return recs
+
+
+def heldout_scores(verifier: Verifier, records: Sequence[dict]) -> dict[str, Any]:
+    """Balanced accuracy, AUROC and verdict rate of ``verifier`` on ``records`` (module docstring)."""
+    if not records:
+        return {"records": 0, "balanced_accuracy": None, "auroc": None, "verdict_rate": None}
+    prompts = [r["messages"][:-1] for r in records]
+    labels = [r["verdict"] == "yes" for r in records]
+    scored = []
+    for i in range(0, len(prompts), verifier.batch_size):
+        scored.extend(verifier.p_yes(prompts[i : i + verifier.batch_size]))
+    a = auroc([p for p, _, _ in scored], labels)
+    ba = balanced_accuracy([v == "yes" for _, v, _ in scored], labels)
+    by_mode: dict[str, list[bool]] = {}
+    for r, (_, v, _) in zip(records, scored, strict=True):
+        by_mode.setdefault(r.get("mode") or "expert", []).append((v == "yes") == (r["verdict"] == "yes"))
+    return {
+        "records": len(records),
+        "positives": sum(labels),
+        "balanced_accuracy": None if ba is None else round(ba, 4),
+        "auroc": None if a is None else round(a, 4),
+        "verdict_rate": round(sum(v is not None for _, v, _ in scored) / len(scored), 4),
+        "accuracy_by_mode": {k: round(sum(v) / len(v), 4) for k, v in sorted(by_mode.items())},
+        "example": {"prompt": prompts[0][-1]["content"][-300:], "verification": scored[0][2]},
+    }
+
+
+def run_verifier(
+    cfg: VerifierConfig,
+    init_dir: str | Path,
+    data_dir: str | Path,
+    out_dir: str | Path,
+    metrics_path: str | Path,
+    plots_path: str | Path,
+    work_dir: str | Path,
+) -> dict[str, Any]:
+    """Train the verifier from ``init_dir`` on ``data_dir/train.jsonl`` into ``out_dir``; score it on ``val.jsonl``."""
+    data_dir, work_dir = Path(data_dir), Path(work_dir)
+    train = data_dir / "train.jsonl"
+    val = (
+        read_records(data_dir / "val.jsonl", cfg.eval_max_records, cfg.sft.seed)
+        if (data_dir / "val.jsonl").is_file()
+        else []
+    )
+    n_train = len(read_records(train))
+
+    def hook(model: Any, tok: Any) -> dict:
+        v = Verifier(model, tok, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.eval_batch_size)
+        return heldout_scores(v, val)
+
+    sft = run_sft(
+        cfg.sft,
+        init_dir,
+        train,
+        out_dir,
+        work_dir / "sft_metrics.json",
+        plots_path,
+        work_dir=work_dir / "checkpoints",
+        val_hook=hook,
+    )
+    held = sft.pop("hook", {})
+    metrics = {
+        "init": cfg.init,
+        "init_dir": str(init_dir),
+        "records": {"train": n_train, "val": len(val)},
+        "steps": sft.get("steps"),
+        "first_loss": sft.get("first_loss"),
+        "final_loss": sft.get("final_loss"),
+        "tokens_per_s": sft.get("tokens_per_s"),
+        "heldout": held,
+        "sft": sft,
+        "config": as_dict(cfg),
+    }
+    write_metrics(metrics_path, metrics, VERIFIER_HEADLINE)
+    log.info(
+        "verifier (%s init): %s steps, held-out balanced accuracy %s, AUROC %s",
+        cfg.init,
+        metrics["steps"],
+        held.get("balanced_accuracy"),
+        held.get("auroc"),
+    )
+    return metrics
+
+
+__all__ = ["VERIFIER_HEADLINE", "heldout_scores", "read_records", "run_verifier"]

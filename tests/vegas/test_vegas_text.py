@@ -1,0 +1,97 @@
+"""The verifier's text (vegas/text.py, vegas/templates.py): verdict parsing, the verdict line, the templated chain
+of thought over simulator facts, the prompt, and the template corpus the tokenizer may learn from."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from embodied_rft.vegas.templates import TEMPLATE_REPEAT, VERDICT_KEY, template_corpus
+from embodied_rft.vegas.text import Facts, parse_verdict, verification_cot, verification_messages, with_verdict
+
+
+@pytest.mark.parametrize(
+    "text, verdict",
+    [
+        ("The Mug is here.\naction_is_correct: yes", "yes"),
+        ("action_is_correct: NO", "no"),
+        ('{"action_is_correct": "yes"}', "yes"),
+        ("action_is_correct = no.", "no"),
+        ("first action_is_correct: yes, then on reflection action_is_correct: no", "no"),  # the last one wins
+        ("'action_is_correct': 'yes'", "yes"),
+        ("action_is_correct: maybe", None),
+        ("action_is_correct:yesterday", None),
+        ("the action is correct", None),
+        ("", None),
+        (None, None),
+        (42, None),
+    ],
+)
+def test_parse_verdict(text, verdict):
+    assert parse_verdict(text) == verdict
+
+
+def test_with_verdict_replaces_any_verdict_the_text_states():
+    assert with_verdict("Looks fine.\naction_is_correct: yes", "no") == f"Looks fine.\n{VERDICT_KEY}: no"
+    assert with_verdict("It fails. action_is_correct: yes", "no").endswith("It fails.\naction_is_correct: no")
+    assert with_verdict("action_is_correct: yes", "yes") == "action_is_correct: yes"
+
+
+def _facts(**kw) -> Facts:
+    base = dict(
+        action="pick up the Apple",
+        task_type="pick_clean_then_place_in_recep",
+        object_target="Apple",
+        parent_target="Fridge",
+        toggle_target=None,
+        held=None,
+        place="CounterTop",
+        executes=False,
+        feedback="Last action is invalid. Cannot pick up the Apple: it is not within reach. Find the object first",
+        label="wrong",
+        reason="invalid",
+    )
+    base.update(kw)
+    return Facts(**base)
+
+
+def test_cot_states_the_facts_and_ends_with_the_oracles_verdict():
+    bad = verification_cot(_facts(), random.Random(0))
+    lines = bad.splitlines()
+    assert len(lines) == 3 and lines[-1] == "action_is_correct: no" and parse_verdict(bad) == "no"
+    assert "clean a Apple and put it in the Fridge" in lines[0] and "the CounterTop" in lines[0]
+    assert "cannot pick up the Apple: it is not within reach" in lines[1] and "pick up the Apple" in lines[1]
+    good = verification_cot(
+        _facts(action="find a Apple", executes=True, feedback="ok", label="correct", reason="shortens", place=None),
+        random.Random(0),
+    )
+    assert good.endswith("action_is_correct: yes") and "the middle of the room" in good
+    look = verification_cot(
+        _facts(task_type="look_at_obj_in_light", toggle_target="DeskLamp", parent_target=None, held="Apple"),
+        random.Random(1),
+    )
+    assert "hold a Apple under a lit DeskLamp" in look and "the Apple" in look.splitlines()[0]
+
+
+def test_cot_wordings_vary_with_the_seed():
+    texts = {verification_cot(_facts(), random.Random(s)) for s in range(30)}
+    assert len(texts) >= 5 and all(t.endswith("action_is_correct: no") for t in texts)
+
+
+def test_prompt_shows_history_observation_reasoning_and_candidate():
+    history = [{"action_id": 2, "action_name": "find a Apple", "feedback": "Last action executed successfully."}]
+    (msg,) = verification_messages(
+        "Chill an apple.", history, "You are at the CounterTop.", "next pick", 82, "pick up the Apple"
+    )
+    text = msg["content"]
+    assert msg["role"] == "user" and "'action_is_correct: yes'" in text.splitlines()[-1]  # the format, last
+    assert text.startswith("Task: Chill an apple.\nHistory:\n1. 2 find a Apple: ok\nObservation: You are at the")
+    assert "Candidate reasoning: next pick\nCandidate action: 82 pick up the Apple\n" in text
+
+
+def test_template_corpus_holds_every_phrase_at_least_twice():
+    texts = list(template_corpus())
+    assert TEMPLATE_REPEAT >= 2 and len(texts) > 400
+    for needle in ("action_is_correct: yes", "action_is_correct: no", "The simulator would reject", "is possible now"):
+        assert sum(needle in t for t in texts) >= 2, needle

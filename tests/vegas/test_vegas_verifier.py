@@ -1,0 +1,96 @@
+"""The verifier (vegas/score.py, vegas/verifier.py): AUROC and balanced accuracy values, P(yes) read from the
+verdict token, and the verifier stage's library end to end on a tiny model (the project's SFT, held-out scores)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from embodied_rft.core.atomic import write_jsonl_atomic
+from embodied_rft.data.jsonl import DataError
+from embodied_rft.models import load_model
+from embodied_rft.train.sft.config import SFTConfig
+from embodied_rft.vegas.config import SynthConfig, VerifierConfig
+from embodied_rft.vegas.score import Verifier, auroc, balanced_accuracy
+from embodied_rft.vegas.synth import run_synth
+from embodied_rft.vegas.verifier import read_records, run_verifier
+from embodied_rft.world import GeneratorConfig, generate_episodes
+from tests.helpers import tiny_checkpoints as tc
+
+
+def test_auroc_and_balanced_accuracy_values():
+    assert auroc([0.9, 0.8, 0.3, 0.1], [True, True, False, False]) == 1.0
+    assert auroc([0.1, 0.2, 0.8, 0.9], [True, True, False, False]) == 0.0
+    assert auroc([0.5, 0.5, 0.5, 0.5], [True, False, True, False]) == 0.5  # ties count half
+    assert auroc([0.9, 0.4, 0.6, 0.1], [True, True, False, False]) == 0.75
+    assert auroc([0.3], [True]) is None
+    assert balanced_accuracy([True, False, True, True], [True, False, False, False]) == pytest.approx((1 + 1 / 3) / 2)
+    assert balanced_accuracy([True], [True]) is None
+
+
+def test_p_yes_is_the_normalised_verdict_probability():
+    with tc.one_thread():
+        model, tok = load_model(tc.text_model())
+        v = Verifier(model, tok, max_new_tokens=5, batch_size=2, device="cpu")
+        prompts = [[{"role": "user", "content": "Is it correct?"}], [{"role": "user", "content": "Check this."}]]
+        out = v.p_yes(prompts)
+        assert len(out) == 2 and all(0.0 < p < 1.0 for p, _, _ in out)
+        # by hand for the first: the verdict line is appended to the greedy text and the verdict token read
+        p, verdict, text = out[0]
+        head = tok.apply_chat_template(prompts[0], add_generation_prompt=True, tokenize=False)
+        pre = head + text.rstrip() + "\naction_is_correct:"
+        yes = tok(pre + " yes", add_special_tokens=False)["input_ids"]
+        no = tok(pre + " no", add_special_tokens=False)["input_ids"]
+        c = next(i for i, (a, b) in enumerate(zip(yes, no)) if a != b)
+        with torch.inference_mode():
+            logp = torch.log_softmax(model(input_ids=torch.tensor([yes[:c]])).logits[0, -1], dim=-1)
+        y, n = float(logp[yes[c]]), float(logp[no[c]])
+        assert p == pytest.approx(math.exp(y) / (math.exp(y) + math.exp(n)), rel=1e-4)
+        assert verdict is None and v.calls == 2
+        vs = v.verdicts(prompts, 3, 1.0, seed=1)
+        assert [len(x) for x in vs] == [3, 3] and v.calls == 8
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    root = tmp_path_factory.mktemp("verify")
+    cfg = GeneratorConfig(seed=2, task_types=("pick_and_place_simple", "pick_clean_then_place_in_recep"))
+    write_jsonl_atomic(root / "train_eps.jsonl", generate_episodes(cfg, "train", 12))
+    run_synth(
+        SynthConfig(val_fraction=0.3, reasoning="brief"), root / "train_eps.jsonl", root / "verify", root / "s.json"
+    )
+    return root
+
+
+def test_verifier_stage_trains_with_the_projects_sft_and_scores_held_out_records(records, tmp_path):
+    sft = SFTConfig(lr=1e-3, max_steps=2, batch_size=2, grad_accum=1, max_len=512, save_steps=1, logging_steps=1)
+    cfg = VerifierConfig(init="random", sft=sft, eval_max_records=6, eval_batch_size=3, max_new_tokens=6)
+    out = tmp_path / "verifier"
+    with tc.one_thread():
+        m = run_verifier(
+            cfg, tc.text_model(), records / "verify", out, tmp_path / "v.json", tmp_path / "loss.csv", tmp_path / "work"
+        )
+    assert (out / "config.json").is_file() and m["steps"] == 2 and m["init"] == "random"
+    held = m["heldout"]
+    assert held["records"] == 6 and held["positives"] + 0 <= 6
+    assert held["auroc"] is None or 0.0 <= held["auroc"] <= 1.0
+    assert 0.0 <= held["verdict_rate"] <= 1.0 and set(held["accuracy_by_mode"]) <= {
+        "expert",
+        "wrong_object",
+        "wrong_receptacle",
+        "precondition",
+    }
+    head = json.loads((tmp_path / "v.json").read_text())
+    assert set(head) == {"init", "records", "steps", "final_loss", "heldout"} and "example" not in head["heldout"]
+    assert (tmp_path / "loss.csv").read_text().startswith("step,loss,lr")
+
+
+def test_records_reader_names_the_line(tmp_path):
+    (tmp_path / "val.jsonl").write_text('{"verdict": "maybe", "messages": []}\n')
+    with pytest.raises(DataError, match=r"val.jsonl:1: field 'verdict' must be yes or no"):
+        read_records(tmp_path / "val.jsonl")
+    with pytest.raises(DataError, match="run the `synth` stage"):
+        read_records(tmp_path / "missing.jsonl")
