@@ -131,7 +131,7 @@ seeds: $(STAMP) params ## the whole pipeline once per seed in SEEDS under runs/s
 ablation-no-sft: $(STAMP) params ## the paper's ablation: GRPO from the base model (no SFT), as a DVC experiment
 	$(DVC) exp run plots -S grpo.init=base
 
-grpo-long: $(STAMP) params ## GRPO twice as long as the default (conf/experiment/tiny_long.yaml: 480 updates, ~12 min on 2 cores) as a DVC experiment
+grpo-long: $(STAMP) params ## GRPO twice as long as the default (conf/experiment/tiny_long.yaml: 720 updates, ~20 min on 2 cores) as a DVC experiment
 	$(DVC) exp run plots -S experiment=tiny_long
 
 dag: $(STAMP) ## show the pipeline DAG
