@@ -44,3 +44,29 @@ def test_the_interval_is_reproducible_and_mismatched_runs_are_refused():
         paired_gain(before, after[:-1])
     with pytest.raises(ValueError, match="no held-out prompts"):
         paired_gain([], [])
+
+
+def test_exact_plan_gain_interval_by_hand():
+    from embodied_rft.evaluate.aggregate import paired_diff_ci
+
+    # the default run's held-out check: 13 exact plans lost, 30 gained, 300 prompts
+    # d = 17/300; se = sqrt(43 - 17**2/300) / 300 = 0.0216119...; 1.96 se = 0.042359
+    lo, hi = paired_diff_ci(13, 30, 300)
+    assert (lo, hi) == (pytest.approx(0.014308, abs=1e-6), pytest.approx(0.099026, abs=1e-6))
+    # 1 vs 1 of 5: no gain, interval symmetric about 0 (sqrt(2) / 5 * 1.96 = 0.554362)
+    lo, hi = paired_diff_ci(1, 1, 5)
+    assert lo == pytest.approx(-0.554362, abs=1e-6) and hi == pytest.approx(0.554362, abs=1e-6)
+    # every pair discordant the same way: zero width at d = 1
+    assert paired_diff_ci(0, 4, 4) == (pytest.approx(1.0), pytest.approx(1.0))
+    with pytest.raises(ValueError, match="only_a \\+ only_b <= n"):
+        paired_diff_ci(3, 3, 5)
+
+
+def test_paired_gain_reports_the_exact_plan_gain_and_its_interval():
+    before = [[0.5, 0.0]] * 12
+    after = [[0.75, 0.0]] * 6 + [[1.5, 1.0]] * 6
+    acc = paired_gain(before, after)["accuracy_full"]
+    # 6 of 12 gained, none lost: d = 0.5, se = sqrt(6 - 36/12) / 12 = sqrt(3) / 12
+    assert acc["mean_diff"] == pytest.approx(0.5)
+    half = 1.959964 * 3**0.5 / 12
+    assert acc["ci95"] == [pytest.approx(0.5 - half, abs=1e-6), pytest.approx(0.5 + half, abs=1e-6)]

@@ -129,6 +129,17 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
     return min(1.0, 2.0 * tail)
 
 
+def paired_diff_ci(only_a: int, only_b: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """95% interval of a paired difference of two success rates, b's minus a's, from the discordant counts of
+    ``n`` pairs: the Wald interval for paired proportions, (only_b - only_a) / n ± z · √(only_a + only_b −
+    (only_b − only_a)² / n) / n (Agresti, *Categorical Data Analysis*, §10.1). Fractions, not points."""
+    if n <= 0 or only_a < 0 or only_b < 0 or only_a + only_b > n:
+        raise ValueError(f"paired_diff_ci: need 0 <= only_a + only_b <= n and n > 0, got {only_a}, {only_b}, {n}")
+    d = (only_b - only_a) / n
+    se = math.sqrt(max(0.0, only_a + only_b - (only_b - only_a) ** 2 / n)) / n
+    return d - z * se, d + z * se
+
+
 def paired(a: Mapping[str, bool | int], b: Mapping[str, bool | int]) -> dict:
     """Model ``a`` vs model ``b`` on the episodes both played (``{episode_id: success}`` each).
 

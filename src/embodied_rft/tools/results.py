@@ -79,7 +79,7 @@ def render(metrics_dir: str | Path) -> str:
             f"{h['before']['reward_mean']:.3f} → {h['after']['reward_mean']:.3f} (95% CI of the gain [{lo:+.3f}, "
             f"{hi:+.3f}]); exact remaining plan {h['before']['exact_plan_rate']:.3f} → "
             f"{h['after']['exact_plan_rate']:.3f} ({af.get('only_a')} vs "
-            f"{af.get('only_b')}, {_p(af.get('p_mcnemar', 1.0))}) |"
+            f"{af.get('only_b')}, {_p(af.get('p_mcnemar', 1.0))}{_ci(af)}) |"
         )
     lines += [
         f"| SFT | {sft['steps']} steps, loss {sft['first_loss']:.2f} → {sft['final_loss']:.2f}, "
@@ -91,6 +91,14 @@ def render(metrics_dir: str | Path) -> str:
         f"{100 * distill['kept_gold_rate']:.1f}% of them the expert's plan |",
     ]
     return "\n".join(lines)
+
+
+def _ci(gain: dict) -> str:
+    """``; 95% CI of the gain [lo, hi]`` for a comparison that has one (runs before it was recorded have not)."""
+    if "ci95" not in gain:
+        return ""
+    lo, hi = gain["ci95"]
+    return f"; 95% CI of the gain [{lo:+.3f}, {hi:+.3f}]"
 
 
 def splice(readme: str, block: str) -> str:

@@ -223,7 +223,7 @@ GRPO_HEADLINE = {
         "paired": {
             "n": True,
             "reward": {"up": True, "down": True, "mean_diff": True, "ci95": True, "p_sign": True},
-            "accuracy_full": {"only_a": True, "only_b": True, "p_mcnemar": True},
+            "accuracy_full": {"only_a": True, "only_b": True, "p_mcnemar": True, "mean_diff": True, "ci95": True},
         },
     },
     "filter": {"pass_rate": True},

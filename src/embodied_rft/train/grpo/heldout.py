@@ -19,7 +19,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from embodied_rft.evaluate.aggregate import mcnemar_exact, paired
+from embodied_rft.evaluate.aggregate import mcnemar_exact, paired, paired_diff_ci
 from embodied_rft.reward import RewardConfig
 from embodied_rft.scoring import score_response, summarise
 from embodied_rft.train.grpo.rollout import EncodedPrompt, PolicyIO, sample_groups
@@ -81,7 +81,8 @@ def paired_gain(
     bootstrap interval (``resamples`` draws of the prompts, fixed ``seed``) and the exact two-sided sign-test
     p-value of up vs down. ``accuracy_full``: the evaluate stage's paired comparison
     (:func:`embodied_rft.evaluate.aggregate.paired`, prompts for episodes: ``only_a`` solved exactly only before,
-    ``only_b`` only after, the exact McNemar p-value). A gain whose interval includes 0 is not a gain this sample can show."""
+    ``only_b`` only after, the exact McNemar p-value) with the gain in exact-plan rate, ``mean_diff``, and its 95%
+    interval for paired proportions, ``ci95`` (:func:`accuracy_full_gain`). A gain whose interval includes 0 is not a gain this sample can show."""
     if len(before) != len(after):
         raise ValueError(
             f"paired_gain: {len(before)} prompts before GRPO but {len(after)} after; they must be the same prompts"
@@ -105,10 +106,20 @@ def paired_gain(
             "ci95": [round(lo, 6), round(hi, 6)],
             "p_sign": round(mcnemar_exact(down, up), 4),
         },
-        "accuracy_full": paired(
-            {str(i): bool(b[1]) for i, b in enumerate(before)}, {str(i): bool(a[1]) for i, a in enumerate(after)}
+        "accuracy_full": accuracy_full_gain(
+            paired(
+                {str(i): bool(b[1]) for i, b in enumerate(before)}, {str(i): bool(a[1]) for i, a in enumerate(after)}
+            )
         ),
     }
 
 
-__all__ = ["evaluate_greedy", "paired_gain"]
+def accuracy_full_gain(pair: dict) -> dict:
+    """The exact-plan comparison (:func:`embodied_rft.evaluate.aggregate.paired` of before vs after) with the
+    gain as a fraction of the prompts, ``mean_diff``, and its 95% interval for paired proportions, ``ci95``."""
+    n = pair["episodes"]
+    lo, hi = paired_diff_ci(pair["only_a"], pair["only_b"], n)
+    return {**pair, "mean_diff": round((pair["only_b"] - pair["only_a"]) / n, 6), "ci95": [round(lo, 6), round(hi, 6)]}
+
+
+__all__ = ["accuracy_full_gain", "evaluate_greedy", "paired_gain"]
