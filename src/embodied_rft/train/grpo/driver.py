@@ -228,6 +228,9 @@ GRPO_HEADLINE = {
     },
     "filter": {"pass_rate": True},
     "throughput": {"generated_tokens_per_s": True},
+    # where the stage's time went: generate, reward, logprob (old-policy pass; 0 with the fast sampler), update,
+    # eval (held-out checks), checkpoint
+    "time_share": True,
 }
 
 
