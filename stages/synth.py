@@ -6,6 +6,7 @@ from pathlib import Path
 
 from embodied_rft.config import build
 from embodied_rft.pipeline import stage_context
+from embodied_rft.teacher.cache import ResponseCache
 from embodied_rft.teacher.config import TeacherConfig
 from embodied_rft.vegas.config import SynthConfig
 from embodied_rft.vegas.synth import run_synth
@@ -16,6 +17,8 @@ from stages._hydra import stage_main
 def main(cfg) -> None:
     ctx = stage_context(cfg, "synth")
     scfg = build(SynthConfig, ctx.section("synth"), "synth")
+    # the cache is a DVC output (versioned, persisted): create it even when the templates write every CoT
+    ResponseCache(ctx.paths.verify_cache).close()
     rewrite = None
     if scfg.cot == "teacher":
         from embodied_rft.vegas.cot import teacher_rewriter

@@ -105,3 +105,29 @@ def test_bad_episodes_fail_naming_file_and_line(tmp_path):
     with pytest.raises(DataError, match="no episodes"):
         run_synth(SynthConfig(), tmp_path / "empty.jsonl", tmp_path / "verify", tmp_path / "m.json")
     assert not (tmp_path / "verify").exists()  # nothing half-written
+
+
+def test_the_stage_creates_every_dvc_output_with_template_cots(synth, tmp_path):
+    """dvc.yaml lists paths.verify_cache among synth's outputs: with synth.cot=template no teacher writes to it,
+    and DVC fails a stage whose declared output is missing, so the stage must create it (as distill does)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = synth[0]
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "run"
+    rel = lambda p: __import__("os").path.relpath(p, repo)  # noqa: E731  (paths must be relative to the repo)
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "stages.synth", "--config-dir", ".", "--config-name", "params", "hydra.run.dir=.",
+            "hydra.output_subdir=null", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled",
+            "synth.cot=template", f"paths.episodes_dir={rel(root)}", f"paths.verify_dir={rel(out / 'verify')}",
+            f"paths.verify_cache={rel(out / 'verify_cache')}", f"paths.metrics_dir={rel(out / 'metrics')}",
+        ],
+        cwd=repo, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (out / "verify_cache").is_dir()
+    assert (out / "verify" / "train.jsonl").stat().st_size > 0
+    assert json.loads((out / "metrics" / "synth.json").read_text())
