@@ -230,3 +230,28 @@ class FaultServer:
         self._send(h, 200, payload)
         with self.stats.lock:
             self.stats.ok[key] += 1
+
+
+def openai_teacher(url: str, model: str, key_env: str, **openai: object) -> dict:
+    """A ``teacher:`` section for the OpenAI-compatible backend against a loopback :class:`FaultServer`: short
+    timeouts and fast retries, so injected faults cost milliseconds; ``openai`` adds or replaces keys of its
+    ``openai:`` block (seed, temperature, ...)."""
+    return {
+        "backend": "openai",
+        "openai": {
+            "base_url": url,
+            "model": model,
+            "api_key_env": key_env,
+            "timeout_s": 0.5,
+            "concurrency": 4,
+            "requests_per_minute": 0,
+            **openai,
+        },
+        "retry": {
+            "max_retries": 8,
+            "backoff_base_s": 0.02,
+            "backoff_max_s": 0.2,
+            "max_retry_after_s": 5,
+            "max_total_s": 20,
+        },
+    }

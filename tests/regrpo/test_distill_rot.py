@@ -24,7 +24,7 @@ from embodied_rft.teacher.config import TeacherConfig
 from embodied_rft.teacher.distill import run_distill
 from embodied_rft.teacher.scripted import ScriptedTeacher
 from embodied_rft.world import GeneratorConfig, generate_episodes
-from tests.helpers.fault_server import FaultPlan, FaultServer
+from tests.helpers.fault_server import FaultPlan, FaultServer, openai_teacher
 
 WORLD = GeneratorConfig(seed=7, task_types=("pick_and_place_simple", "pick_clean_then_place_in_recep"))
 PROMPT = PromptConfig(style="compact", action_list="none", system=False, instruction_at="end")
@@ -130,24 +130,7 @@ def test_the_teacher_writes_gated_cached_triples(tmp_path, samples, _env):
     path = tmp_path / "train.jsonl"
     write_jsonl_atomic(path, ss)
     teacher = Teacher(ss)
-    openai = {
-        "backend": "openai",
-        "openai": {
-            "base_url": "",
-            "model": "rot-teacher",
-            "api_key_env": KEY_ENV,
-            "timeout_s": 0.5,
-            "concurrency": 4,
-            "requests_per_minute": 0,
-        },
-        "retry": {
-            "max_retries": 8,
-            "backoff_base_s": 0.02,
-            "backoff_max_s": 0.2,
-            "max_retry_after_s": 5,
-            "max_total_s": 20,
-        },
-    }
+    openai = openai_teacher("", "rot-teacher", KEY_ENV)
     with FaultServer(teacher, FaultPlan(seed=3, rate=0.4, max_per_key=2), hang_s=2) as srv:
         openai["openai"]["base_url"] = srv.url
         got, m, out = _distill(tmp_path, path, "rot", teacher=openai, reflection="rot")

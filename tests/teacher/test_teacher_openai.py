@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.fault_server import FaultPlan, FaultServer
+from tests.helpers.fault_server import FaultPlan, FaultServer, openai_teacher
 from tests.helpers.teacher_fixtures import make_samples, write_samples
 
 pytest.importorskip("openai")
@@ -63,27 +63,7 @@ def _env(monkeypatch):
 
 
 def _cfg(url: str, **over) -> TeacherConfig:
-    m = {
-        "backend": "openai",
-        "openai": {
-            "base_url": url,
-            "model": "teacher-test",
-            "api_key_env": KEY_ENV,
-            "timeout_s": 0.5,
-            "concurrency": 4,
-            "requests_per_minute": 0,
-            "seed": SEED,
-            "temperature": 0.7,
-        },
-        "retry": {
-            "max_retries": 8,
-            "backoff_base_s": 0.02,
-            "backoff_max_s": 0.2,
-            "max_retry_after_s": 5,
-            "max_total_s": 20,
-        },
-        "max_attempts": 2,
-    }
+    m = {**openai_teacher(url, "teacher-test", KEY_ENV, seed=SEED, temperature=0.7), "max_attempts": 2}
     for k, v in over.items():
         if isinstance(v, dict):
             m[k] = {**m.get(k, {}), **v}

@@ -17,7 +17,7 @@ from embodied_rft.vegas.cot import teacher_rewriter
 from embodied_rft.vegas.synth import run_synth
 from embodied_rft.vegas.text import parse_verdict
 from embodied_rft.world import GeneratorConfig, generate_episodes
-from tests.helpers.fault_server import FaultPlan, FaultServer
+from tests.helpers.fault_server import FaultPlan, FaultServer, openai_teacher
 
 pytest.importorskip("openai")
 
@@ -33,28 +33,7 @@ def _env(monkeypatch):
 
 
 def _teacher(url: str) -> TeacherConfig:
-    return build(
-        TeacherConfig,
-        {
-            "backend": "openai",
-            "openai": {
-                "base_url": url,
-                "model": "cot-teacher",
-                "api_key_env": KEY_ENV,
-                "timeout_s": 0.5,
-                "concurrency": 4,
-                "requests_per_minute": 0,
-            },
-            "retry": {
-                "max_retries": 8,
-                "backoff_base_s": 0.02,
-                "backoff_max_s": 0.2,
-                "max_retry_after_s": 5,
-                "max_total_s": 20,
-            },
-        },
-        "teacher",
-    )
+    return build(TeacherConfig, openai_teacher(url, "cot-teacher", KEY_ENV), "teacher")
 
 
 def _answer(body: dict) -> str:

@@ -16,7 +16,6 @@ and coverage@4 ≥ greedy + 10 points). A symbolic-simulator proxy throughout.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -25,9 +24,8 @@ from typing import Any
 
 import yaml
 
-from embodied_rft.core.atomic import write_json_atomic, write_text_atomic
 from embodied_rft.evaluate.aggregate import mcnemar_exact
-from embodied_rft.tools.seeds import _conf_paths, _run_stage, path_overrides
+from embodied_rft.tools.seeds import _conf_paths, _run_stage, path_overrides, publish, seed_parser
 
 log = logging.getLogger(__name__)
 
@@ -141,14 +139,7 @@ def render(summary: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--runs-dir", default="runs", help="each seed's artifacts go under <runs-dir>/seed-<s>/")
-    ap.add_argument("--summary-only", action="store_true", help="summarise the finished runs, run nothing")
-    ap.add_argument("--out-metrics", default="metrics/bon_seeds.json")
-    ap.add_argument("--out-report", default="reports/bon_seeds.md")
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides for every stage (after --)")
-    args = ap.parse_args(argv)
+    args = seed_parser(__doc__, "bon_seeds").parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     runs = {s: Path(args.runs_dir) / f"seed-{s}" for s in args.seeds}
     policy = (yaml.safe_load(Path("params.yaml").read_text("utf-8")) or {}).get("bon", {}).get("policy", "sft")
@@ -161,10 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         raise SystemExit(f"no Best-of-N results for: {', '.join(missing)} (run without --summary-only first)")
     summary = summarise({s: json.loads(f.read_text("utf-8")) for s, f in files.items()})
-    write_json_atomic(Path(args.out_metrics), summary)
-    text = render(summary)
-    write_text_atomic(Path(args.out_report), text)
-    print(text)
+    publish(summary, render(summary), args.out_metrics, args.out_report)
     return 0
 
 

@@ -23,16 +23,14 @@ it stopped. Then it reads every evaluation and writes ``metrics/regrpo.json`` an
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
 import sys
 from pathlib import Path
 
-from embodied_rft.core.atomic import write_json_atomic, write_text_atomic
 from embodied_rft.regrpo.report import GRPO_ARMS, SFT_ARMS, render, summarise
-from embodied_rft.tools.seeds import _conf_paths, _run_stage, path_overrides
+from embodied_rft.tools.seeds import _conf_paths, _run_stage, path_overrides, publish, seed_parser
 
 log = logging.getLogger(__name__)
 
@@ -161,16 +159,10 @@ def collect(runs: dict[int, Path], subdir: str, arms: list[str], modes: list[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap = seed_parser(__doc__, "regrpo")
     ap.add_argument("--arms", nargs="+", default=[*SFT_ARMS, *GRPO_ARMS], choices=list(ARMS))
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
-    ap.add_argument("--runs-dir", default="runs", help="each seed's artifacts go under <runs-dir>/seed-<s>/<subdir>/")
-    ap.add_argument("--subdir", default="regrpo")
-    ap.add_argument("--summary-only", action="store_true", help="summarise the finished runs, run nothing")
-    ap.add_argument("--out-metrics", default="metrics/regrpo.json")
-    ap.add_argument("--out-report", default="reports/regrpo.md")
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides for every stage (after --)")
+    ap.add_argument("--subdir", default="regrpo", help="a seed's ReGRPO runs go under <runs-dir>/seed-<s>/<subdir>/")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     runs = {s: Path(args.runs_dir) / f"seed-{s}" for s in args.seeds}
@@ -184,10 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     summary = summarise(records)
     summary["recipe"] = {"shared": RECIPE, "arms": {a: ARMS[a] for a in args.arms}, "overrides": args.overrides}
-    write_json_atomic(Path(args.out_metrics), summary)
-    text = render(summary)
-    write_text_atomic(Path(args.out_report), text)
-    print(text)
+    publish(summary, render(summary), args.out_metrics, args.out_report)
     return 0
 
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from embodied_rft.core.atomic import write_json_atomic
+from embodied_rft.core.atomic import write_json_atomic, write_text_atomic
 from embodied_rft.core.digest import json_digest
 from embodied_rft.core.metrics import details_path
 from embodied_rft.evaluate.aggregate import mcnemar_exact
@@ -344,15 +344,31 @@ def render(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def seed_parser(doc: str | None, name: str) -> argparse.ArgumentParser:
+    """The arguments every seed driver takes (this one, ``bon_seeds``, ``regrpo_seeds``): ``--seeds``,
+    ``--runs-dir``, ``--summary-only``, ``--out-metrics metrics/<name>.json``, ``--out-report reports/<name>.md`` and
+    the Hydra overrides for every stage; a driver adds its own."""
+    ap = argparse.ArgumentParser(description=(doc or name).splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--runs-dir", default="runs", help="each seed's artifacts go under <runs-dir>/seed-<s>/")
-    ap.add_argument("--ablation-no-sft", action="store_true", help="also run GRPO from the base model per seed")
     ap.add_argument("--summary-only", action="store_true", help="summarise the finished runs, run nothing")
-    ap.add_argument("--out-metrics", default="metrics/seeds.json")
-    ap.add_argument("--out-report", default="reports/seeds.md")
+    ap.add_argument("--out-metrics", default=f"metrics/{name}.json")
+    ap.add_argument("--out-report", default=f"reports/{name}.md")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for every stage (after --)")
+    return ap
+
+
+def publish(summary: dict[str, Any], text: str, out_metrics: str | Path, out_report: str | Path) -> None:
+    """A seed driver's summary to its metrics file and its rendering to its report (both atomically), and the
+    rendering to stdout."""
+    write_json_atomic(Path(out_metrics), summary)
+    write_text_atomic(Path(out_report), text)
+    print(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = seed_parser(__doc__, "seeds")
+    ap.add_argument("--ablation-no-sft", action="store_true", help="also run GRPO from the base model per seed")
     args = ap.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
@@ -367,11 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         raise SystemExit(f"no evaluation results for: {', '.join(missing)} (run without --summary-only first)")
     summary = summarise(runs, args.ablation_no_sft)
-    write_json_atomic(Path(args.out_metrics), summary)
-    text = render(summary)
-    Path(args.out_report).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out_report).write_text(text, encoding="utf-8")
-    print(text)
+    publish(summary, render(summary), args.out_metrics, args.out_report)
     return 0
 
 
