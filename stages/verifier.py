@@ -1,12 +1,13 @@
-"""DVC stage `verifier`: data/verify/train.jsonl + models/base (verifier.init=random) or models/sft (init=sft)
--> models/verifier (the project's SFT), metrics/verifier.json (held-out balanced accuracy, AUROC), plots/verifier_loss.csv."""
+"""DVC stage `verifier`: data/verify/train.jsonl (+ with verifier.policy_data the SFT policy's own oracle-labelled
+candidates on training episodes) + models/base (verifier.init=random) or models/sft (init=sft) -> models/verifier (the project's SFT), metrics/verifier.json (held-out balanced accuracy, AUROC), plots/verifier_loss.csv."""
 
 from pathlib import Path
 
 from embodied_rft.config import build
+from embodied_rft.data.prompt import PromptConfig
 from embodied_rft.pipeline import stage_context
-from embodied_rft.vegas.config import VerifierConfig
-from embodied_rft.vegas.verifier import run_verifier
+from embodied_rft.vegas.verifier import PolicySource, run_verifier
+from embodied_rft.vegas.verifier_config import VerifierConfig
 from stages._hydra import stage_main
 
 
@@ -23,6 +24,11 @@ def main(cfg) -> None:
         p.metrics("verifier"),
         p.plot("verifier_loss.csv"),
         Path(p.work_dir) / "verifier",
+        policy=PolicySource(
+            p.sft_model,
+            Path(p.episodes_dir) / f"{vcfg.policy_data.split}.jsonl",
+            build(PromptConfig, ctx.section("prompt"), "prompt"),
+        ),
     )
 
 

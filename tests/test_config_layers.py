@@ -19,7 +19,8 @@ from embodied_rft.teacher.config import TeacherConfig
 from embodied_rft.train.grpo.config import GRPOConfig
 from embodied_rft.train.sft.config import SFTConfig
 from embodied_rft.vegas.bon_config import BonConfig
-from embodied_rft.vegas.config import SynthConfig, VerifierConfig
+from embodied_rft.vegas.config import SynthConfig
+from embodied_rft.vegas.verifier_config import VerifierConfig
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -54,7 +54,8 @@ def section_configs(cfg: dict[str, Any]) -> dict[str, Any]:
     from .train.grpo.config import GRPOConfig
     from .train.sft.config import SFTConfig
     from .vegas.bon_config import BonConfig
-    from .vegas.config import SynthConfig, VerifierConfig
+    from .vegas.config import SynthConfig
+    from .vegas.verifier_config import VerifierConfig
     from .world.generator import GeneratorConfig
 
     data = dict(cfg["data"])

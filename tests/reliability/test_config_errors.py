@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -15,14 +16,23 @@ def _stage(repo_root, name: str, *overrides: str, full_error: bool = False) -> s
     env.pop("HYDRA_FULL_ERROR", None)
     if full_error:
         env["HYDRA_FULL_ERROR"] = "1"
-    return subprocess.run(
-        [sys.executable, "-m", f"stages.{name}", *overrides, "hydra.run.dir=.", "hydra.output_subdir=null"],
-        cwd=repo_root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # Hydra's job log (<stage>.log) goes to a temporary run dir, never into the checkout
+    with tempfile.TemporaryDirectory(prefix="config-errors-") as run_dir:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                f"stages.{name}",
+                *overrides,
+                f"hydra.run.dir={run_dir}",
+                "hydra.output_subdir=null",
+            ],
+            cwd=repo_root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ short by the kill is dropped and its episode replayed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -121,3 +122,11 @@ def test_run_bon_writes_metrics_report_and_plot_and_resumes(tmp_path, monkeypatc
     with tc.one_thread():
         m2 = run_bon(cfg, models, [ep_file], out / "bon.json", out / "bon.md", out / "bon.svg", out / "work", **kw)
     assert m2["episode_success"] == m["episode_success"] and m2["live_auroc"] == m["live_auroc"]
+    monkeypatch.undo()
+    # a verifier scored on the live candidates without being played (bon.live_verifiers): the greedy run's calls
+    # and the same seeded items, so the same AUROC as when bon_ft was played; nothing but greedy is played
+    only = dataclasses.replace(cfg, selectors=("greedy",), live_verifiers=("bon_ft",))
+    with tc.one_thread():
+        m3 = run_bon(only, models, [ep_file], out / "b3.json", out / "b3.md", out / "b3.svg", tmp_path / "w3", **kw)
+    assert set(m3["selectors"]) == {"greedy"} and set(m3["live_auroc"]) == {"bon_ft"}
+    assert m3["live_auroc"]["bon_ft"] == m["live_auroc"]["bon_ft"]

@@ -10,7 +10,8 @@ from embodied_rft.evaluate.aggregate import mcnemar_exact
 from embodied_rft.params import compose, section_configs
 from embodied_rft.tools.bon_seeds import render, summarise
 from embodied_rft.vegas.bon_config import BonConfig
-from embodied_rft.vegas.config import SynthConfig, VerifierConfig
+from embodied_rft.vegas.config import SynthConfig
+from embodied_rft.vegas.verifier_config import VerifierConfig
 
 
 @pytest.mark.parametrize(
@@ -31,6 +32,13 @@ from embodied_rft.vegas.config import SynthConfig, VerifierConfig
         ),
         (BonConfig, "bon", {"unit": "plan"}, r"bon.unit: 'plan' is not one of \['first', 'single'\]"),
         (BonConfig, "bon", {"verifier_temprature": 1.0}, "did you mean 'verifier_temperature'"),
+        (BonConfig, "bon", {"live_verifiers": ["greedy"]}, r"bon.live_verifiers: unknown verifier\(s\) \['greedy'\]"),
+        (
+            BonConfig,
+            "bon",
+            {"selectors": ["bon_ft"], "live_verifiers": ["bon_ft"]},
+            "bon.live_verifiers: scores the greedy run's live candidates: add greedy",
+        ),
         (
             SynthConfig,
             "synth",

@@ -13,7 +13,7 @@ from embodied_rft.config import ConfigError, build
 from embodied_rft.core.atomic import write_jsonl_atomic
 from embodied_rft.teacher.config import TeacherConfig
 from embodied_rft.vegas.config import SynthConfig
-from embodied_rft.vegas.cot import teacher_rewriter
+from embodied_rft.vegas.cot import cot_request, teacher_rewriter
 from embodied_rft.vegas.synth import run_synth
 from embodied_rft.vegas.text import parse_verdict
 from embodied_rft.world import GeneratorConfig, generate_episodes
@@ -111,3 +111,28 @@ def _dump(cfg: TeacherConfig) -> dict:
     from embodied_rft.config import as_dict
 
     return as_dict(cfg)
+
+
+def test_the_teacher_is_told_the_actions_object_and_its_role():
+    facts = {
+        "action": "find a Vase",
+        "task_type": "look_at_obj_in_light",
+        "object_target": "Bowl",
+        "parent_target": None,
+        "toggle_target": "DeskLamp",
+        "held": None,
+        "place": None,
+        "executes": False,
+        "feedback": "Last action is invalid. Cannot find Vase.",
+        "label": "wrong",
+        "reason": "invalid",
+        "arg": "Vase",
+        "arg_role": "other",
+    }
+    rec = {"record_id": "e:0:x", "task_type": "look_at_obj_in_light", "facts": facts, "verdict": "no"}
+    rec["messages"] = [{"role": "user", "content": "Task: hold a dish under the lamp"}]
+    user = cot_request(rec)["prompt"][1]["content"]
+    assert "- the action's object Vase: not part of the task\n" in user and "under DeskLamp" in user
+    # facts written before the role existed ask without that line
+    old = {**rec, "facts": {k: v for k, v in facts.items() if k not in ("arg", "arg_role")}}
+    assert "the action's object" not in cot_request(old)["prompt"][1]["content"]

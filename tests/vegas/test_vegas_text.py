@@ -7,8 +7,16 @@ import random
 
 import pytest
 
-from embodied_rft.vegas.templates import TEMPLATE_REPEAT, VERDICT_KEY, template_corpus
-from embodied_rft.vegas.text import Facts, parse_verdict, verification_cot, verification_messages, with_verdict
+from embodied_rft.vegas.templates import ARG_ROLE, TEMPLATE_REPEAT, VERDICT_KEY, template_corpus
+from embodied_rft.vegas.text import (
+    Facts,
+    argument_role,
+    parse_verdict,
+    verification_cot,
+    verification_messages,
+    with_verdict,
+)
+from embodied_rft.world.episode import Goal
 
 
 @pytest.mark.parametrize(
@@ -95,3 +103,50 @@ def test_template_corpus_holds_every_phrase_at_least_twice():
     assert TEMPLATE_REPEAT >= 2 and len(texts) > 400
     for needle in ("action_is_correct: yes", "action_is_correct: no", "The simulator would reject", "is possible now"):
         assert sum(needle in t for t in texts) >= 2, needle
+
+
+def _goal(**kw) -> Goal:
+    base = dict(object_target="Apple", parent_target="Fridge", mrecep_target=None, toggle_target=None)
+    base.update(kw)
+    return Goal(object_sliced=base.pop("object_sliced", False), **base)
+
+
+@pytest.mark.parametrize(
+    "action, task_type, goal, place, role",
+    [
+        ("find a Apple", "pick_clean_then_place_in_recep", {}, None, "task"),
+        ("put down the object in hand", "pick_clean_then_place_in_recep", {}, None, None),
+        ("open the Fridge", "pick_and_place_simple", {}, "Fridge", "task"),
+        ("find a Sink", "pick_clean_then_place_in_recep", {}, None, "tool"),
+        ("turn on the Faucet", "pick_clean_then_place_in_recep", {}, "Sink", "tool"),
+        ("find a Sink", "pick_heat_then_place_in_recep", {}, None, "other"),  # heating needs no sink
+        ("find a Microwave", "pick_heat_then_place_in_recep", {}, None, "tool"),
+        ("find a Fridge", "pick_cool_then_place_in_recep", {"parent_target": "CounterTop"}, None, "tool"),
+        ("find a Tomato", "pick_clean_then_place_in_recep", {}, None, "other"),  # a look-alike is not the task's
+        ("find a Cabinet_2", "pick_and_place_simple", {}, "Cabinet_2", "here"),
+        ("find a Cabinet_2", "pick_and_place_simple", {}, "Cabinet", "other"),  # another instance: not here
+        ("find a Knife", "pick_and_place_simple", {"object_sliced": True}, None, "tool"),
+        ("pick up the AppleSliced", "pick_and_place_simple", {"object_sliced": True}, None, "task"),
+        ("find a Bowl", "pick_and_place_with_movable_recep", {"mrecep_target": "Bowl"}, None, "task"),
+        (
+            "turn on the DeskLamp",
+            "look_at_obj_in_light",
+            {"toggle_target": "DeskLamp", "parent_target": None},
+            None,
+            "task",
+        ),
+    ],
+)
+def test_argument_role_compares_the_action_with_the_task(action, task_type, goal, place, role):
+    arg, got = argument_role(action, task_type, _goal(**goal), place)
+    assert got == role and (arg is None) == (role is None)
+
+
+def test_cot_says_what_the_actions_object_is_to_the_task():
+    f = _facts(action="find a Tomato", executes=False, arg="Tomato", arg_role="other")
+    second = verification_cot(f, random.Random(0)).splitlines()[1]
+    assert second.split(". ")[0] + "." in {t.format(t="Tomato") for t in ARG_ROLE["other"]}
+    # facts without the role (records written before it existed) keep the two-sentence second line
+    assert not any(
+        t.format(t="Apple") in verification_cot(_facts(), random.Random(0)) for w in ARG_ROLE.values() for t in w
+    )

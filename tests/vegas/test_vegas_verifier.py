@@ -13,10 +13,11 @@ from embodied_rft.core.atomic import write_jsonl_atomic
 from embodied_rft.data.jsonl import DataError
 from embodied_rft.models import load_model
 from embodied_rft.train.sft.config import SFTConfig
-from embodied_rft.vegas.config import SynthConfig, VerifierConfig
+from embodied_rft.vegas.config import SynthConfig
 from embodied_rft.vegas.score import Verifier, auroc, balanced_accuracy
 from embodied_rft.vegas.synth import run_synth
 from embodied_rft.vegas.verifier import read_records, run_verifier
+from embodied_rft.vegas.verifier_config import VerifierConfig
 from embodied_rft.world import GeneratorConfig, generate_episodes
 from tests.helpers import tiny_checkpoints as tc
 

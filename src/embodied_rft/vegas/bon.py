@@ -212,6 +212,8 @@ def run_bon(
         live_calls = [(by_id[r["episode_id"]], c) for r in results.get("greedy", []) for c in r.get("live", [])]
         live_auroc = {}
         if live_calls:
+            for sel in cfg.live_verifiers:
+                verifiers.setdefault(sel, _verifier(sel, cfg, models, gen))
             for sel, ver in verifiers.items():
                 items = live_items(live_calls, cfg.live_max_by_selector.get(sel, cfg.live_max), cfg.seed)
                 fp = fingerprint({"verifier": _verifier_id(sel, cfg, models), "items": len(items), "seed": cfg.seed})

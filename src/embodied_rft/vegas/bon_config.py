@@ -16,6 +16,8 @@ from ..generation.config import GenerationConfig
 from ..models.config import ModelConfig
 
 SELECTORS = ("greedy", "sample", "sc", "bon_zs", "bon_zs_smollm2", "bon_ft", "bon_oracle")
+# the selectors that ask a verifier model
+VERIFIED_SELECTORS = ("bon_zs", "bon_zs_smollm2", "bon_ft")
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,10 @@ class BonConfig:
     # smaller cap for a costly verifier, e.g. {bon_zs_smollm2: 100} (a seeded subsample of the same candidates)
     live_max: int = 0
     live_max_by_selector: dict[str, int] = field(default_factory=dict)
+    # verifiers scored on those live candidates without being played as selectors, e.g. [bon_ft] with
+    # selectors [greedy]: a verifier's live AUROC for the price of the greedy run (how verifier recipes are chosen
+    # on valid_seen); the played verified selectors are always scored
+    live_verifiers: tuple[str, ...] = ()
     # the zero-shot SmolLM2 verifier (conf/model/smollm2_135m.yaml, composed here)
     zs_model: ModelConfig = field(default_factory=ModelConfig)
     # the policy's generation (the fast backend samples the N candidates; vllm on GPU)
@@ -90,6 +96,13 @@ class BonConfig:
         )
         check(self.verifier_max_new_tokens >= 4, "verifier_max_new_tokens", "must be >= 4")
         check(all(k >= 1 for k in self.coverage_k), "coverage_k", f"each k must be >= 1, got {list(self.coverage_k)}")
+        bad = [s for s in self.live_verifiers if s not in VERIFIED_SELECTORS]
+        check(not bad, "live_verifiers", f"unknown verifier(s) {bad}; choose from {list(VERIFIED_SELECTORS)}")
+        check(
+            not self.live_verifiers or "greedy" in self.selectors,
+            "live_verifiers",
+            "scores the greedy run's live candidates: add greedy to bon.selectors",
+        )
         check(self.live_max >= 0, "live_max", f"must be >= 0 (0 = all), got {self.live_max}")
         for s, k in self.live_max_by_selector.items():
             check(s in SELECTORS, f"live_max_by_selector.{s}", f"is not a selector; choose from {list(SELECTORS)}")
@@ -101,4 +114,4 @@ class BonConfig:
         check(self.num_threads >= 0, "num_threads", f"must be >= 0 (0 = torch default), got {self.num_threads}")
 
 
-__all__ = ["SELECTORS", "BonConfig"]
+__all__ = ["SELECTORS", "VERIFIED_SELECTORS", "BonConfig"]

@@ -1,6 +1,6 @@
-"""The ``synth:`` and ``verifier:`` config sections (``conf/vegas/paper.yaml``) as frozen, self-checking dataclasses:
-failure synthesis and verifier training (VeGAS, arXiv 2605.12620; docs/vegas.md). ``bon:`` is in
-:mod:`.bon_config` (it names a model and a generation config, which these two stages do not import).
+"""The ``synth:`` config section (``conf/vegas/paper.yaml``) as a frozen, self-checking dataclass: failure synthesis
+(VeGAS, arXiv 2605.12620; docs/vegas.md). ``verifier:`` is in :mod:`.verifier_config` and ``bon:`` in
+:mod:`.bon_config` (they name training and generation configs, which the synth stage does not import).
 
 Input: each section of the composed config, via ``config.build(SynthConfig, cfg["synth"], "synth")`` and so on.
 Output: the objects ``vegas.synth.run_synth`` and ``vegas.verifier.run_verifier`` take.
@@ -11,11 +11,10 @@ preset sizes them down in ``conf/experiment/tiny.yaml``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from ..config import check
-from ..train.sft.config import SFTConfig
 
 MODES = ("wrong_object", "wrong_receptacle", "precondition")
 
@@ -51,23 +50,4 @@ class SynthConfig:
         check(self.cot_max_chars >= 40, "cot_max_chars", f"must be >= 40, got {self.cot_max_chars}")
 
 
-@dataclass(frozen=True)
-class VerifierConfig:
-    # where the verifier starts: random (the policy's untrained base: random weights, the policy's tokenizer;
-    # the paper's "same base model as the policy") | sft (the SFT policy's weights)
-    init: Literal["random", "sft"] = "random"
-    # the verifier's supervised fine-tuning (the project's SFT: TRL SFTTrainer, loss on the verification only)
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    # held-out verification records scored after training (0 = all of the held-out file)
-    eval_max_records: int = 0
-    # records per scoring batch, and the new-token cap of a verification
-    eval_batch_size: int = 32
-    max_new_tokens: int = 128
-
-    def __post_init__(self) -> None:
-        check(self.eval_max_records >= 0, "eval_max_records", f"must be >= 0 (0 = all), got {self.eval_max_records}")
-        check(self.eval_batch_size >= 1, "eval_batch_size", f"must be >= 1, got {self.eval_batch_size}")
-        check(self.max_new_tokens >= 4, "max_new_tokens", f"must be >= 4, got {self.max_new_tokens}")
-
-
-__all__ = ["MODES", "SynthConfig", "VerifierConfig"]
+__all__ = ["MODES", "SynthConfig"]

@@ -38,6 +38,14 @@ SYSTEM = (
 )
 
 
+_ROLE = {
+    "task": "named by the task",
+    "tool": "a tool the task needs",
+    "here": "where the robot already stands",
+    "other": "not part of the task",
+}
+
+
 def cot_request(rec: dict) -> dict:
     """The teacher 'sample' for one record: its id and the chat messages that ask for the reasoning."""
     f = rec["facts"]
@@ -48,6 +56,7 @@ def cot_request(rec: dict) -> dict:
         f"- in hand: {f['held'] or 'nothing'}; the robot is at: {f['place'] or 'the middle of the room'}",
         f"- the simulator {'executes' if f['executes'] else 'rejects'} '{f['action']}'"
         + ("" if f["executes"] else f": {f['feedback']}"),
+        *([f"- the action's object {f['arg']}: {_ROLE[f['arg_role']]}"] if f.get("arg_role") else []),
         f"- effect on the remaining plan: {f['reason'].replace('_', ' ')}",
         f"- verdict: the action is {'correct' if rec['verdict'] == 'yes' else 'not correct'}",
     ]

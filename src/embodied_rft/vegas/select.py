@@ -38,14 +38,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import as_dict
 from ..data.response import parse_response
 from ..evaluate.episode import read_plan
-from ..world.oracle import WorldOracle
-from .bon_config import BonConfig
-from .text import verification_messages
+from ..world.oracle import Judgement, WorldOracle
+from .bon_config import VERIFIED_SELECTORS, BonConfig
+from .text import facts_for, verification_messages
 
 ORACLE_SCORE = {"correct": 1.0, "neutral": 0.5, "wrong": 0.0}
-VERIFIED = ("bon_zs", "bon_zs_smollm2", "bon_ft")
+VERIFIED = VERIFIED_SELECTORS
 
 
 @dataclass(frozen=True)
@@ -223,12 +224,12 @@ class BonPolicy:
         (in sampling order of first appearance) with its count, label and the verification prompt's inputs."""
         sim, history = state
         oracle = self._oracle(ctx.episode)
-        labels: dict[int, str] = {}
+        judged: dict[int, Judgement] = {}
 
         def label(a: int) -> str:
-            if a not in labels:
-                labels[a] = oracle.judge(sim, a).label
-            return labels[a]
+            if a not in judged:
+                judged[a] = oracle.judge(sim, a)
+            return judged[a].label
 
         best = best_per_first(cands)
         counts = Counter(c.first for c in cands if c.first is not None)
@@ -238,7 +239,15 @@ class BonPolicy:
             "greedy": {"a": greedy.first, "label": label(greedy.first) if greedy.first is not None else None},
             "firsts": [c.first for c in cands],
             "cands": [
-                {"a": a, "name": ctx.space.name(a), "n": counts[a], "label": label(a), "reasoning": best[a].reasoning}
+                {
+                    "a": a,
+                    "name": ctx.space.name(a),
+                    "n": counts[a],
+                    "label": label(a),
+                    "reasoning": best[a].reasoning,
+                    # what a verification chain of thought about it says (vegas/policy_data.py trains on these)
+                    "facts": as_dict(facts_for(sim, ctx.space.name(a), judged[a])),
+                }
                 for a in order
             ],
             "history": history,

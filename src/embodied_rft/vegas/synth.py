@@ -48,10 +48,10 @@ from ..teacher.errors import LOOKALIKE_OBJECTS, LOOKALIKE_RECEPTACLES
 from ..teacher.scripted import ScriptedTeacher
 from ..world.actions import N_GLOBAL, PUT_DOWN, split_action
 from ..world.objects import SLICED_TYPE, TYPES, can_contain
-from ..world.oracle import Judgement, WorldOracle
+from ..world.oracle import WorldOracle
 from ..world.simulator import Simulator
 from .config import SynthConfig
-from .text import Facts, verification_cot, verification_messages
+from .text import facts_for, verification_cot, verification_messages
 
 log = logging.getLogger(__name__)
 
@@ -67,25 +67,6 @@ SYNTH_HEADLINE = {
     "expert_steps_not_correct": True,
     "floors": True,
 }
-
-
-def facts_for(sim: Simulator, action: str, j: Judgement) -> Facts:
-    """The chain of thought's facts about ``action`` in ``sim`` (before it runs) given its judgement ``j``."""
-    g = sim.goal
-    held = sim.holding()
-    return Facts(
-        action=action,
-        task_type=sim.task_type,
-        object_target=g.object_target,
-        parent_target=g.parent_target,
-        toggle_target=g.toggle_target,
-        held=held.type if held is not None else None,
-        place=sim.loc,
-        executes=j.executes,
-        feedback=j.feedback,
-        label=j.label,
-        reason=j.reason,
-    )
 
 
 class _Episode:
@@ -374,4 +355,4 @@ def synth_metrics(
     }
 
 
-__all__ = ["SYNTH_HEADLINE", "facts_for", "run_synth", "synth_metrics", "synthesize_episode"]
+__all__ = ["SYNTH_HEADLINE", "run_synth", "synth_metrics", "synthesize_episode"]

@@ -24,9 +24,28 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..data.prompt import format_history
-from .templates import BY_REASON, EXEC_BAD, EXEC_OK, GOAL, GOAL_PHRASES, INSTRUCTION, PROMPT_FIELDS, STATE, VERDICT_KEY
+from ..world.actions import split_action
+from ..world.objects import BASINS, KNIVES, SLICED_TYPE, WHOLE_TYPE, base_type
+from .templates import (
+    ARG_ROLE,
+    BY_REASON,
+    EXEC_BAD,
+    EXEC_OK,
+    GOAL,
+    GOAL_PHRASES,
+    INSTRUCTION,
+    PROMPT_FIELDS,
+    STATE,
+    VERDICT_KEY,
+)
+
+if TYPE_CHECKING:
+    from ..world.episode import Goal
+    from ..world.oracle import Judgement
+    from ..world.simulator import Simulator
 
 _VERDICT_RE = re.compile(r"""["']?action_is_correct["']?\s*[:=]\s*["']?\s*(yes|no)\b""", re.I)
 
@@ -49,10 +68,65 @@ class Facts:
     feedback: str
     label: str
     reason: str
+    # the action's object (None: it has none) and what it is to the task: task (named by the goal: its object,
+    # receptacle, lamp, movable receptacle, or the slices of its object) | tool (a sink / microwave / fridge the
+    # task type uses, a knife when it slices) | here (a find of the place the robot already stands at) | other
+    arg: str | None = None
+    arg_role: str | None = None
 
     @property
     def verdict(self) -> str:
         return "yes" if self.label == "correct" else "no"
+
+
+def facts_for(sim: Simulator, action: str, j: Judgement) -> Facts:
+    """The chain of thought's facts about ``action`` in ``sim`` (before it runs) given the oracle's judgement ``j``."""
+    g = sim.goal
+    held = sim.holding()
+    arg, role = argument_role(action, sim.task_type, g, sim.loc)
+    return Facts(
+        action=action,
+        task_type=sim.task_type,
+        object_target=g.object_target,
+        parent_target=g.parent_target,
+        toggle_target=g.toggle_target,
+        held=held.type if held is not None else None,
+        place=sim.loc,
+        executes=j.executes,
+        feedback=j.feedback,
+        label=j.label,
+        reason=j.reason,
+        arg=arg,
+        arg_role=role,
+    )
+
+
+_TOOLS = {
+    "pick_clean_then_place_in_recep": BASINS | {"Faucet"},
+    "pick_heat_then_place_in_recep": frozenset({"Microwave"}),
+    "pick_cool_then_place_in_recep": frozenset({"Fridge"}),
+}
+
+
+def argument_role(action: str, task_type: str, goal: Goal, place: str | None) -> tuple[str | None, str | None]:
+    """The action's object and its role in the task (``goal``, ``task_type``) with the robot at ``place`` (see
+    :class:`Facts`): facts a reader of the instruction and the history can establish, so the chain of thought
+    compares the action with the goal explicitly."""
+    verb, arg = split_action(action)
+    if arg is None:
+        return None, None
+    g = goal
+    t = base_type(arg)
+    named = {g.object_target, g.parent_target, g.toggle_target, g.mrecep_target} - {None}
+    tools = set(_TOOLS.get(task_type, ()))
+    if g.object_sliced:
+        named.add(SLICED_TYPE.get(g.object_target, g.object_target))
+        tools |= KNIVES
+    if verb == "find a" and place == arg:
+        return arg, "here"
+    if t in named or WHOLE_TYPE.get(t) in named:
+        return arg, "task"
+    return arg, "tool" if t in tools else "other"
 
 
 def verification_messages(
@@ -105,7 +179,8 @@ def verification_cot(facts: Facts, rng: random.Random) -> str:
     place = f"the {facts.place}" if facts.place else "the middle of the room"
     lines = [
         rng.choice(GOAL).format(g=_goal(facts)) + " " + rng.choice(STATE).format(h=held, p=place),
-        (
+        (rng.choice(ARG_ROLE[facts.arg_role]).format(t=base_type(facts.arg)) + " " if facts.arg_role else "")
+        + (
             rng.choice(EXEC_OK).format(a=facts.action)
             if facts.executes
             else rng.choice(EXEC_BAD).format(a=facts.action, why=_short_feedback(facts.feedback))
@@ -135,6 +210,8 @@ __all__ = [
     "INSTRUCTION",
     "VERDICT_KEY",
     "Facts",
+    "argument_role",
+    "facts_for",
     "parse_verdict",
     "verification_cot",
     "verification_messages",

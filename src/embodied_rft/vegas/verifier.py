@@ -16,18 +16,21 @@ verifications that end with a verdict line.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import as_dict
+from ..core.atomic import atomic_open
 from ..core.metrics import write_metrics
 from ..data.jsonl import DataError, iter_jsonl
 from ..train.sft.trainer import run_sft
-from .config import VerifierConfig
 from .score import Verifier, auroc, balanced_accuracy
+from .verifier_config import VerifierConfig
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,16 @@ VERIFIER_HEADLINE = {
     "final_loss": True,
     "heldout": {"balanced_accuracy": True, "auroc": True, "verdict_rate": True},
 }
+
+
+@dataclass(frozen=True)
+class PolicySource:
+    """Where ``verifier.policy_data`` finds the policy it plays: its checkpoint, the episode file, the prompt config
+    (a :class:`~embodied_rft.data.prompt.PromptConfig`)."""
+
+    model_dir: str | Path
+    episodes_path: str | Path
+    prompt_cfg: Any
 
 
 def read_records(path: str | Path, limit: int = 0, seed: int = 0) -> list[dict]:
@@ -89,16 +102,34 @@ def run_verifier(
     metrics_path: str | Path,
     plots_path: str | Path,
     work_dir: str | Path,
+    *,
+    policy: PolicySource | None = None,
 ) -> dict[str, Any]:
-    """Train the verifier from ``init_dir`` on ``data_dir/train.jsonl`` into ``out_dir``; score it on ``val.jsonl``."""
+    """Train the verifier from ``init_dir`` on ``data_dir/train.jsonl`` (plus, with ``verifier.policy_data``, the
+    policy's own oracle-labelled candidates: ``policy`` says where the policy, its episodes and prompt config are)
+    into ``out_dir``; score it on ``val.jsonl``."""
     data_dir, work_dir = Path(data_dir), Path(work_dir)
     train = data_dir / "train.jsonl"
-    val = (
-        read_records(data_dir / "val.jsonl", cfg.eval_max_records, cfg.sft.seed)
-        if (data_dir / "val.jsonl").is_file()
-        else []
-    )
+    val_path = data_dir / "val.jsonl"
+    val = read_records(val_path, cfg.eval_max_records, cfg.sft.seed) if val_path.is_file() else []
     n_train = len(read_records(train))
+    policy_counts: dict[str, Any] = {"episodes": 0}
+    if cfg.policy_data.episodes:
+        if policy is None:
+            raise ValueError("verifier.policy_data.episodes > 0 needs the policy's checkpoint and episodes")
+        from .policy_data import policy_records
+
+        held_out = {r["episode_id"] for r in read_records(val_path)} if val_path.is_file() else set()
+        extra, policy_counts = policy_records(
+            cfg.policy_data, policy.model_dir, policy.episodes_path, held_out, policy.prompt_cfg, work_dir / "policy"
+        )
+        mixed = work_dir / "train_with_policy.jsonl"
+        with atomic_open(mixed) as fh:
+            fh.write(train.read_text())
+            for r in extra:
+                fh.write(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n")
+        train, n_train = mixed, n_train + len(extra)
+        log.info("verifier: %d on-policy records added (%s)", len(extra), policy_counts)
 
     def hook(model: Any, tok: Any) -> dict:
         v = Verifier(model, tok, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.eval_batch_size)
@@ -119,6 +150,7 @@ def run_verifier(
         "init": cfg.init,
         "init_dir": str(init_dir),
         "records": {"train": n_train, "val": len(val)},
+        "policy_data": policy_counts,
         "steps": sft.get("steps"),
         "first_loss": sft.get("first_loss"),
         "final_loss": sft.get("final_loss"),
@@ -138,4 +170,4 @@ def run_verifier(
     return metrics
 
 
-__all__ = ["VERIFIER_HEADLINE", "heldout_scores", "read_records", "run_verifier"]
+__all__ = ["VERIFIER_HEADLINE", "PolicySource", "heldout_scores", "read_records", "run_verifier"]

@@ -1,0 +1,153 @@
+"""On-policy verification records: the policy's own candidates on training episodes, labelled by the world oracle
+(``verifier.policy_data``; docs/vegas.md §4).
+
+Input: a :class:`~.config.PolicyDataConfig`, the SFT policy's checkpoint, the training episodes, the episode ids to
+leave out (the synth stage's held-out episodes), the prompt config and a work folder. Output: verification records
+in the synth stage's format (``source: policy``; the verifier's prompt and a templated chain of thought + verdict
+as SFT chat ``messages``, with the facts behind them), and their counts.
+
+Why: the synthesised failures of ``vegas/synth.py`` sit on the expert's path — the expert's own states, one injected
+error and what follows it. The policy the verifier judges at test time leaves that path (after its own failures it
+replans from states no expert visits), and most of its wrong candidates are of kinds the three modes do not make
+(an action that changes nothing, a failed action tried again). The paper could not label such candidates; the
+symbolic world can: the greedy run of Best-of-N's ``greedy`` selector with ``live=True`` (``vegas/select.py``)
+samples N candidates at every planner call and the oracle judges each distinct first action in the state it was
+proposed in — exactly what the bon stage's live AUROC measures, here on training episodes instead of held-out ones.
+
+The play is resumable (``ResultStore`` in the work folder, keyed by the policy's fingerprint and the settings).
+With ``balance`` the larger class is subsampled (seeded) to the size of the smaller one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import Counter
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+from ..config import as_dict
+from ..data.prompt import PromptConfig
+from ..evaluate.config import EpisodeLimits
+from ..evaluate.stage import load_episodes
+from ..evaluate.store import ResultStore, dir_fingerprint, fingerprint
+from ..world.simulator import Simulator
+from .bon import play
+from .bon_config import BonConfig
+from .select import BonPolicy
+from .text import Facts, argument_role, verification_cot, verification_messages
+from .verifier_config import PolicyDataConfig
+
+
+def candidate_records(ep: dict, result: dict, seed: int) -> list[dict]:
+    """One verification record per (planner call, distinct sampled first action) of an episode's greedy run."""
+    out = []
+    sim = Simulator.from_episode(ep)
+    for c in result.get("live", []):
+        for x in c["cands"]:
+            facts = Facts(**x["facts"])
+            if facts.arg_role is None:  # a play stored before the facts had the argument's role
+                arg, role = argument_role(facts.action, sim.task_type, sim.goal, facts.place)
+                facts = dataclasses.replace(facts, arg=arg, arg_role=role)
+            rid = f"{ep['episode_id']}:{c['call']}:{x['a']}"
+            out.append(
+                {
+                    "record_id": rid,
+                    "episode_id": ep["episode_id"],
+                    "task_type": ep["task_type"],
+                    "subset": ep.get("subset", "base"),
+                    "step": c["call"],
+                    "source": "policy",
+                    "mode": None,
+                    "executes": facts.executes,
+                    "label": facts.label,
+                    "reason": facts.reason,
+                    "verdict": facts.verdict,
+                    "instruction": ep["instruction"],
+                    "history": c["history"],
+                    "observation": c["observation"],
+                    "candidate": {"action_id": x["a"], "action_name": x["name"], "reasoning": x["reasoning"]},
+                    "facts": as_dict(facts),
+                    "messages": [
+                        *verification_messages(
+                            ep["instruction"], c["history"], c["observation"], x["reasoning"], x["a"], x["name"]
+                        ),
+                        {"role": "assistant", "content": verification_cot(facts, random.Random(f"{seed}:{rid}:cot"))},
+                    ],
+                }
+            )
+    return out
+
+
+def balanced(records: list[dict], seed: int) -> list[dict]:
+    """As many positives as negatives: a seeded subsample of the larger class, the records' order kept."""
+    pos = [i for i, r in enumerate(records) if r["verdict"] == "yes"]
+    neg = [i for i, r in enumerate(records) if r["verdict"] != "yes"]
+    k = min(len(pos), len(neg))
+    rng = random.Random(f"{seed}:balance")
+    keep = set(rng.sample(pos, k)) | set(rng.sample(neg, k))
+    return [r for i, r in enumerate(records) if i in keep]
+
+
+def policy_records(
+    cfg: PolicyDataConfig,
+    policy_dir: str | Path,
+    episodes_path: str | Path,
+    exclude: Collection[str],
+    prompt_cfg: PromptConfig,
+    work_dir: str | Path,
+) -> tuple[list[dict], dict[str, Any]]:
+    """The records and their counts (module docstring); nothing is played when ``cfg.episodes`` is 0."""
+    if not cfg.episodes:
+        return [], {"episodes": 0}
+    from ..generation import make_generator
+
+    eps, _ = load_episodes([episodes_path], 0, cfg.seed)
+    eps = [ep for ep in eps if ep["episode_id"] not in set(exclude)]
+    if len(eps) > cfg.episodes:
+        keep = set(random.Random(f"{cfg.seed}:policy_data").sample(range(len(eps)), cfg.episodes))
+        eps = [ep for i, ep in enumerate(eps) if i in keep]
+    bon_cfg = BonConfig(
+        selectors=("greedy",),
+        n=cfg.n,
+        temperature=cfg.temperature,
+        generation=cfg.generation,
+        episodes_per_task=cfg.episodes_per_task,
+        seed=cfg.seed,
+    )
+    limits = EpisodeLimits()
+    fp = fingerprint(
+        {
+            "policy": dir_fingerprint(policy_dir),
+            "prompt": as_dict(prompt_cfg),
+            "limits": as_dict(limits),
+            **{k: as_dict(cfg)[k] for k in ("n", "temperature", "generation", "seed")},
+        }
+    )
+    store = ResultStore(Path(work_dir) / "policy_episodes.jsonl", fp, resume=True)
+    gen = make_generator(Path(policy_dir), cfg.generation)
+    try:
+        results = play(
+            eps, BonPolicy("greedy", gen, bon_cfg, live=True), prompt_cfg, limits, store, cfg.episodes_per_task
+        )
+    finally:
+        close = getattr(gen, "close", None)
+        if close is not None:
+            close()
+    records = [r for ep, res in zip(eps, results, strict=True) for r in candidate_records(ep, res, cfg.seed)]
+    kept = balanced(records, cfg.seed) if cfg.balance else records
+    reasons = Counter(f"{r['label']}:{r['reason']}" for r in records)
+    counts = {
+        "episodes": len(eps),
+        "success": round(sum(bool(r["success"]) for r in results) / len(results), 4) if results else None,
+        "planner_calls": sum(len(r.get("live", [])) for r in results),
+        "candidates": len(records),
+        "positives": sum(r["verdict"] == "yes" for r in records),
+        "kept": len(kept),
+        "by_label_reason": dict(reasons.most_common()),
+    }
+    return kept, counts
+
+
+__all__ = ["balanced", "candidate_records", "policy_records"]

@@ -1,0 +1,69 @@
+"""The ``verifier:`` config section (``conf/vegas/paper.yaml``) as frozen, self-checking dataclasses: verifier
+training (VeGAS §3.2, docs/vegas.md §4) and its optional on-policy records (``verifier.policy_data``).
+
+Input: the composed ``verifier`` mapping, via ``config.build(VerifierConfig, cfg["verifier"], "verifier")``. Output:
+the object ``vegas.verifier.run_verifier`` takes. Defaults are the paper's (the verifier initialised like the
+policy, trained on synthesised failures only); the tiny CPU preset sizes them in ``conf/experiment/tiny.yaml``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..config import check
+from ..generation.config import GenerationConfig
+from ..train.sft.config import SFTConfig
+
+
+@dataclass(frozen=True)
+class PolicyDataConfig:
+    """On-policy verification records (``vegas/policy_data.py``): the SFT policy plays training episodes greedily,
+    at each planner call N candidates are sampled and every distinct first action is labelled by the world oracle.
+    Not in the paper (its data hold only synthesised failures); the symbolic world can label any candidate."""
+
+    # training episodes played (a seeded subsample of the split, minus the synth stage's held-out episodes);
+    # 0 = none: the verifier trains on synthesised failures only, as the paper does
+    episodes: int = 0
+    split: str = "train"
+    # candidates sampled per planner call, and their temperature (as Best-of-N samples them)
+    n: int = 16
+    temperature: float = 0.7
+    # keep as many positives as negatives (seeded subsample of the larger class)
+    balance: bool = True
+    # episodes stepped in lockstep (one generation batch per round)
+    episodes_per_task: int = 8
+    # the policy's generation (the fast sampler on CPU, vllm on GPU)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check(self.episodes >= 0, "episodes", f"must be >= 0 (0 = none), got {self.episodes}")
+        check(bool(self.split), "split", "must name an episode split, e.g. train")
+        check(self.n >= 1, "n", f"must be >= 1, got {self.n}")
+        check(0.0 < self.temperature <= 5.0, "temperature", f"must be in (0, 5], got {self.temperature}")
+        check(self.episodes_per_task >= 1, "episodes_per_task", f"must be >= 1, got {self.episodes_per_task}")
+
+
+@dataclass(frozen=True)
+class VerifierConfig:
+    # where the verifier starts: random (the policy's untrained base: random weights, the policy's tokenizer;
+    # the paper's "same base model as the policy") | sft (the SFT policy's weights)
+    init: Literal["random", "sft"] = "random"
+    # the verifier's supervised fine-tuning (the project's SFT: TRL SFTTrainer, loss on the verification only)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    # on-policy verification records added to the synthesised ones (episodes: 0 = none, the paper's data)
+    policy_data: PolicyDataConfig = field(default_factory=PolicyDataConfig)
+    # held-out verification records scored after training (0 = all of the held-out file)
+    eval_max_records: int = 0
+    # records per scoring batch, and the new-token cap of a verification
+    eval_batch_size: int = 32
+    max_new_tokens: int = 128
+
+    def __post_init__(self) -> None:
+        check(self.eval_max_records >= 0, "eval_max_records", f"must be >= 0 (0 = all), got {self.eval_max_records}")
+        check(self.eval_batch_size >= 1, "eval_batch_size", f"must be >= 1, got {self.eval_batch_size}")
+        check(self.max_new_tokens >= 4, "max_new_tokens", f"must be >= 4, got {self.max_new_tokens}")
+
+
+__all__ = ["PolicyDataConfig", "VerifierConfig"]
