@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from embodied_rft.vegas.templates import ARG_ROLE, TEMPLATE_REPEAT, VERDICT_KEY, template_corpus
+from embodied_rft.vegas.templates import TEMPLATE_REPEAT, VERDICT_KEY, template_corpus
 from embodied_rft.vegas.text import (
     Facts,
     argument_role,
@@ -140,13 +140,3 @@ def _goal(**kw) -> Goal:
 def test_argument_role_compares_the_action_with_the_task(action, task_type, goal, place, role):
     arg, got = argument_role(action, task_type, _goal(**goal), place)
     assert got == role and (arg is None) == (role is None)
-
-
-def test_cot_says_what_the_actions_object_is_to_the_task():
-    f = _facts(action="find a Tomato", executes=False, arg="Tomato", arg_role="other")
-    second = verification_cot(f, random.Random(0)).splitlines()[1]
-    assert second.split(". ")[0] + "." in {t.format(t="Tomato") for t in ARG_ROLE["other"]}
-    # facts without the role (records written before it existed) keep the two-sentence second line
-    assert not any(
-        t.format(t="Apple") in verification_cot(_facts(), random.Random(0)) for w in ARG_ROLE.values() for t in w
-    )

@@ -30,13 +30,6 @@ STATE = (
 )
 EXEC_OK = ("'{a}' can be done here.", "'{a}' is possible now.", "The simulator would accept '{a}'.")
 EXEC_BAD = ("'{a}' would fail: {why}.", "'{a}' is not possible now: {why}.", "The simulator would reject '{a}': {why}.")
-# the candidate action's object against the task ({t}: its type); vegas/text.py argument_role
-ARG_ROLE = {
-    "task": ("The task names the {t}.", "{t} is part of the task.", "The {t} is in the task."),
-    "tool": ("The task needs the {t} on the way.", "{t} is a tool this task needs.", "The task uses the {t}."),
-    "here": ("The robot is already at the {t}.", "It already stands at the {t}.", "{t} is where the robot is now."),
-    "other": ("The task does not name the {t}.", "{t} is not part of the task.", "The {t} is not in the task."),
-}
 BY_REASON = {
     "goal": ("It completes the task.", "After it the goal is reached.", "This finishes the task."),
     "shortens": ("It brings the goal closer.", "It is a step toward the goal.", "It makes progress on the task."),
@@ -101,9 +94,6 @@ def template_corpus() -> Iterator[str]:
         for t in EXEC_BAD:
             for why in WHY:
                 yield t.format(a=f"pick up the {o}", why=why.format(o=o, p=q))
-        for wordings in ARG_ROLE.values():
-            for t in wordings:
-                yield t.format(t=o)
         for wordings in BY_REASON.values():
             yield from wordings
         yield f"{VERDICT_KEY}: yes"
@@ -111,7 +101,6 @@ def template_corpus() -> Iterator[str]:
 
 
 __all__ = [
-    "ARG_ROLE",
     "BY_REASON",
     "EXEC_BAD",
     "EXEC_OK",

@@ -30,7 +30,6 @@ from ..data.prompt import format_history
 from ..world.actions import split_action
 from ..world.objects import BASINS, KNIVES, SLICED_TYPE, WHOLE_TYPE, base_type
 from .templates import (
-    ARG_ROLE,
     BY_REASON,
     EXEC_BAD,
     EXEC_OK,
@@ -70,7 +69,9 @@ class Facts:
     reason: str
     # the action's object (None: it has none) and what it is to the task: task (named by the goal: its object,
     # receptacle, lamp, movable receptacle, or the slices of its object) | tool (a sink / microwave / fridge the
-    # task type uses, a knife when it slices) | here (a find of the place the robot already stands at) | other
+    # task type uses, a knife when it slices) | here (a find of the place the robot already stands at) | other.
+    # In the records and the teacher's prompt (vegas/cot.py), not in the templated chain of thought: a sentence
+    # stating it made the tiny verifier worse on live candidates (docs/experiments.md, 2026-12-02)
     arg: str | None = None
     arg_role: str | None = None
 
@@ -179,8 +180,7 @@ def verification_cot(facts: Facts, rng: random.Random) -> str:
     place = f"the {facts.place}" if facts.place else "the middle of the room"
     lines = [
         rng.choice(GOAL).format(g=_goal(facts)) + " " + rng.choice(STATE).format(h=held, p=place),
-        (rng.choice(ARG_ROLE[facts.arg_role]).format(t=base_type(facts.arg)) + " " if facts.arg_role else "")
-        + (
+        (
             rng.choice(EXEC_OK).format(a=facts.action)
             if facts.executes
             else rng.choice(EXEC_BAD).format(a=facts.action, why=_short_feedback(facts.feedback))
