@@ -20,7 +20,6 @@ With ``balance`` the larger class is subsampled (seeded) to the size of the smal
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from collections import Counter
 from collections.abc import Collection
@@ -32,52 +31,31 @@ from ..data.prompt import PromptConfig
 from ..evaluate.config import EpisodeLimits
 from ..evaluate.stage import load_episodes
 from ..evaluate.store import ResultStore, dir_fingerprint, fingerprint
-from ..world.simulator import Simulator
 from .bon import play
 from .bon_config import BonConfig
 from .select import BonPolicy
-from .text import Facts, argument_role, verification_cot, verification_messages
+from .text import Facts, verification_record
 from .verifier_config import PolicyDataConfig
 
 
 def candidate_records(ep: dict, result: dict, seed: int) -> list[dict]:
     """One verification record per (planner call, distinct sampled first action) of an episode's greedy run."""
-    out = []
-    sim = Simulator.from_episode(ep)
-    for c in result.get("live", []):
-        for x in c["cands"]:
-            facts = Facts(**x["facts"])
-            if facts.arg_role is None:  # a play stored before the facts had the argument's role
-                arg, role = argument_role(facts.action, sim.task_type, sim.goal, facts.place)
-                facts = dataclasses.replace(facts, arg=arg, arg_role=role)
-            rid = f"{ep['episode_id']}:{c['call']}:{x['a']}"
-            out.append(
-                {
-                    "record_id": rid,
-                    "episode_id": ep["episode_id"],
-                    "task_type": ep["task_type"],
-                    "subset": ep.get("subset", "base"),
-                    "step": c["call"],
-                    "source": "policy",
-                    "mode": None,
-                    "executes": facts.executes,
-                    "label": facts.label,
-                    "reason": facts.reason,
-                    "verdict": facts.verdict,
-                    "instruction": ep["instruction"],
-                    "history": c["history"],
-                    "observation": c["observation"],
-                    "candidate": {"action_id": x["a"], "action_name": x["name"], "reasoning": x["reasoning"]},
-                    "facts": as_dict(facts),
-                    "messages": [
-                        *verification_messages(
-                            ep["instruction"], c["history"], c["observation"], x["reasoning"], x["a"], x["name"]
-                        ),
-                        {"role": "assistant", "content": verification_cot(facts, random.Random(f"{seed}:{rid}:cot"))},
-                    ],
-                }
-            )
-    return out
+    return [
+        verification_record(
+            ep,
+            f"{ep['episode_id']}:{c['call']}:{x['a']}",
+            c["call"],
+            "policy",
+            None,
+            c["history"],
+            c["observation"],
+            {"action_id": x["a"], "action_name": x["name"], "reasoning": x["reasoning"]},
+            Facts(**x["facts"]),
+            seed,
+        )
+        for c in result.get("live", [])
+        for x in c["cands"]
+    ]
 
 
 def balanced(records: list[dict], seed: int) -> list[dict]:
@@ -104,7 +82,8 @@ def policy_records(
     from ..generation import make_generator
 
     eps, _ = load_episodes([episodes_path], 0, cfg.seed)
-    eps = [ep for ep in eps if ep["episode_id"] not in set(exclude)]
+    exclude = set(exclude)
+    eps = [ep for ep in eps if ep["episode_id"] not in exclude]
     if len(eps) > cfg.episodes:
         keep = set(random.Random(f"{cfg.seed}:policy_data").sample(range(len(eps)), cfg.episodes))
         eps = [ep for i, ep in enumerate(eps) if i in keep]

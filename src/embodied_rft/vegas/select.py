@@ -42,11 +42,11 @@ from ..config import as_dict
 from ..data.response import parse_response
 from ..evaluate.episode import read_plan
 from ..world.oracle import Judgement, WorldOracle
-from .bon_config import VERIFIED_SELECTORS, BonConfig
+from .bon_config import VERIFIED_SELECTORS as VERIFIED
+from .bon_config import BonConfig
 from .text import facts_for, verification_messages
 
 ORACLE_SCORE = {"correct": 1.0, "neutral": 0.5, "wrong": 0.0}
-VERIFIED = VERIFIED_SELECTORS
 
 
 @dataclass(frozen=True)

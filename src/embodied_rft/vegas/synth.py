@@ -51,7 +51,7 @@ from ..world.objects import SLICED_TYPE, TYPES, can_contain
 from ..world.oracle import WorldOracle
 from ..world.simulator import Simulator
 from .config import SynthConfig
-from .text import facts_for, verification_cot, verification_messages
+from .text import facts_for, verification_record
 
 log = logging.getLogger(__name__)
 
@@ -111,30 +111,8 @@ class _Episode:
             "task_type": ep["task_type"],
         }
         reasoning = self.reasoner.respond(pseudo)["reasoning_and_reflection"]
-        aid = self.space.id(action)
-        cot = verification_cot(facts, random.Random(f"{self.cfg.seed}:{rid}:cot"))
-        return {
-            "record_id": rid,
-            "episode_id": ep["episode_id"],
-            "task_type": ep["task_type"],
-            "subset": ep.get("subset", "base"),
-            "step": len(history),
-            "source": source,
-            "mode": mode,
-            "executes": j.executes,
-            "label": j.label,
-            "reason": j.reason,
-            "verdict": facts.verdict,
-            "instruction": ep["instruction"],
-            "history": [dict(h) for h in history],
-            "observation": obs,
-            "candidate": {"action_id": aid, "action_name": action, "reasoning": reasoning},
-            "facts": as_dict(facts),
-            "messages": [
-                *verification_messages(ep["instruction"], history, obs, reasoning, aid, action),
-                {"role": "assistant", "content": cot},
-            ],
-        }
+        candidate = {"action_id": self.space.id(action), "action_name": action, "reasoning": reasoning}
+        return verification_record(ep, rid, len(history), source, mode, history, obs, candidate, facts, self.cfg.seed)
 
     # ------------------------------------------------------------------ failure options at step n
     def _silent(self, sim: Simulator, actions: list[str]) -> bool:

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..config import as_dict
 from ..data.prompt import format_history
 from ..world.actions import split_action
 from ..world.objects import BASINS, KNIVES, SLICED_TYPE, WHOLE_TYPE, base_type
@@ -192,6 +193,53 @@ def verification_cot(facts: Facts, rng: random.Random) -> str:
     return "\n".join(lines)
 
 
+def verification_record(
+    ep: dict,
+    rid: str,
+    step: int,
+    source: str,
+    mode: str | None,
+    history: Sequence[dict],
+    observation: str,
+    candidate: dict,
+    facts: Facts,
+    seed: int,
+) -> dict:
+    """One verification record (docs/vegas.md §4): the prompt for ``candidate`` (``action_id``, ``action_name``,
+    ``reasoning``) after ``history`` with ``observation``, and the templated chain of thought over ``facts`` (its
+    wording seeded by ``seed`` and the record id ``rid``) as the SFT chat ``messages``, with the facts behind them."""
+    cot = verification_cot(facts, random.Random(f"{seed}:{rid}:cot"))
+    return {
+        "record_id": rid,
+        "episode_id": ep["episode_id"],
+        "task_type": ep["task_type"],
+        "subset": ep.get("subset", "base"),
+        "step": step,
+        "source": source,
+        "mode": mode,
+        "executes": facts.executes,
+        "label": facts.label,
+        "reason": facts.reason,
+        "verdict": facts.verdict,
+        "instruction": ep["instruction"],
+        "history": [dict(h) for h in history],
+        "observation": observation,
+        "candidate": dict(candidate),
+        "facts": as_dict(facts),
+        "messages": [
+            *verification_messages(
+                ep["instruction"],
+                history,
+                observation,
+                candidate["reasoning"],
+                candidate["action_id"],
+                candidate["action_name"],
+            ),
+            {"role": "assistant", "content": cot},
+        ],
+    }
+
+
 def with_verdict(cot: str, verdict: str) -> str:
     """``cot`` with any verdict it states removed and the line ``action_is_correct: <verdict>`` appended."""
     body = "\n".join(line.strip() for line in _VERDICT_RE.sub("", cot).strip().splitlines() if line.strip())
@@ -215,5 +263,6 @@ __all__ = [
     "parse_verdict",
     "verification_cot",
     "verification_messages",
+    "verification_record",
     "with_verdict",
 ]
