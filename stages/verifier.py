@@ -6,6 +6,7 @@ from pathlib import Path
 from embodied_rft.config import build
 from embodied_rft.data.prompt import PromptConfig
 from embodied_rft.pipeline import stage_context
+from embodied_rft.vegas.config import SynthConfig
 from embodied_rft.vegas.verifier import PolicySource, run_verifier
 from embodied_rft.vegas.verifier_config import VerifierConfig
 from stages._hydra import stage_main
@@ -28,6 +29,7 @@ def main(cfg) -> None:
             p.sft_model,
             Path(p.episodes_dir) / f"{vcfg.policy_data.split}.jsonl",
             build(PromptConfig, ctx.section("prompt"), "prompt"),
+            find_sentence=build(SynthConfig, ctx.section("synth"), "synth").find_sentence,
         ),
     )
 

@@ -47,6 +47,12 @@ from embodied_rft.vegas.verifier_config import VerifierConfig
         ),
         (SynthConfig, "synth", {"val_fraction": 1.0}, r"synth.val_fraction: must be in \[0, 1\)"),
         (
+            SynthConfig,
+            "synth",
+            {"find_sentence": "oracle"},
+            r"synth.find_sentence: 'oracle' is not one of \['exec', 'relevance'\]",
+        ),
+        (
             VerifierConfig,
             "verifier",
             {"init": "smollm2"},

@@ -66,6 +66,18 @@ def test_every_record_carries_the_oracles_label_in_the_state_it_was_proposed_in(
     finally:
         fast.FastGenerator._generate_batch = orig
     assert again == recs
+    # synth.find_sentence=relevance words the stored candidates' finds by their role, from the same stored play
+    fast.FastGenerator._generate_batch = boom
+    try:
+        rel, _ = policy_records(
+            CFG, tc.fitted_model(), episodes_file, exclude, tc.PROMPT, tmp_path, find_sentence="relevance"
+        )
+    finally:
+        fast.FastGenerator._generate_batch = orig
+    assert [r["record_id"] for r in rel] == [r["record_id"] for r in recs]
+    for a, b in zip(recs, rel, strict=True):
+        same = not a["candidate"]["action_name"].startswith("find a ")
+        assert (a["messages"] == b["messages"]) == same and a["verdict"] == b["verdict"]
 
 
 def test_balance_keeps_as_many_positives_as_negatives_in_order():

@@ -95,6 +95,25 @@ def test_a_rerun_writes_the_same_bytes(synth, tmp_path):
         assert (tmp_path / "verify" / f"{s}.jsonl").read_bytes() == (root / "verify" / f"{s}.jsonl").read_bytes()
 
 
+def test_find_sentence_relevance_rewords_only_the_finds(synth, tmp_path):
+    root, cfg, _, _, recs = synth
+    rel = SynthConfig(val_fraction=0.2, reasoning="brief", seed=1, find_sentence="relevance")
+    run_synth(rel, root / "train.jsonl", tmp_path / "verify", tmp_path / "synth.json")
+    again = [json.loads(x) for x in (tmp_path / "verify" / "train.jsonl").read_text().splitlines()]
+    assert [r["record_id"] for r in again] == [r["record_id"] for r in recs["train"]]
+    finds = 0
+    for a, b in zip(recs["train"], again, strict=True):
+        assert a["verdict"] == b["verdict"] and a["messages"][0] == b["messages"][0]  # same prompt, same label
+        ca, cb = a["messages"][-1]["content"], b["messages"][-1]["content"]
+        if a["candidate"]["action_name"].startswith("find a "):
+            finds += 1
+            assert f"'{a['candidate']['action_name']}'" not in cb.splitlines()[1]  # no claim about the simulator
+            assert a["facts"]["arg"] in cb.splitlines()[1]
+        else:
+            assert ca == cb
+    assert finds > 20
+
+
 def test_bad_episodes_fail_naming_file_and_line(tmp_path):
     eps = generate_episodes(WORLD, "train", 2)
     eps[1]["expert_plan"][0] = "pick up the Spaceship"

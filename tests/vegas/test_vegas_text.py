@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from embodied_rft.vegas.templates import TEMPLATE_REPEAT, VERDICT_KEY, template_corpus
+from embodied_rft.vegas.templates import BY_REASON, TEMPLATE_REPEAT, VERDICT_KEY, template_corpus
 from embodied_rft.vegas.text import (
     Facts,
     argument_role,
@@ -85,6 +85,37 @@ def test_cot_states_the_facts_and_ends_with_the_oracles_verdict():
 def test_cot_wordings_vary_with_the_seed():
     texts = {verification_cot(_facts(), random.Random(s)) for s in range(30)}
     assert len(texts) >= 5 and all(t.endswith("action_is_correct: no") for t in texts)
+
+
+def test_relevance_sentence_replaces_the_simulators_answer_on_finds_only():
+    # a find of an object the scene lacks: exec states the rejection (not knowable from the prompt), relevance states
+    # that the task does not need it; the goal/state line and the verdict are the same
+    absent = _facts(
+        action="find a Vase",
+        feedback="Last action is invalid. Vase is not in this room",
+        arg="Vase",
+        arg_role="other",
+    )
+    for seed in range(6):
+        ex = verification_cot(absent, random.Random(seed), "exec").splitlines()
+        rel = verification_cot(absent, random.Random(seed), "relevance").splitlines()
+        assert ex[0] == rel[0] and ex[2] == rel[2] == "action_is_correct: no"
+        assert "fail" in ex[1] or "reject" in ex[1] or "not possible" in ex[1]
+        assert "Vase" in rel[1].split(". ")[0] and "not" in rel[1].split(". ")[0]
+        assert "reject" not in rel[1] and "fail" not in rel[1]
+        assert rel[1].split(". ", 1)[1] in BY_REASON["no_progress"]  # a failed find: worded as no progress
+    needed = _facts(
+        action="find a Fridge", executes=True, label="correct", reason="shortens", arg="Fridge", arg_role="task"
+    )
+    assert "Fridge" in verification_cot(needed, random.Random(0), "relevance").splitlines()[1]
+    assert "not" not in verification_cot(needed, random.Random(0), "relevance").splitlines()[1].split(".")[0]
+    # non-find actions keep the simulator's answer
+    pick = _facts(arg="Apple", arg_role="task")
+    assert verification_cot(pick, random.Random(3), "relevance") == verification_cot(pick, random.Random(3), "exec")
+    with pytest.raises(ValueError, match="find_sentence"):
+        verification_cot(pick, random.Random(0), "oracle")
+    with pytest.raises(ValueError, match="arg_role"):
+        verification_cot(_facts(action="find a Vase"), random.Random(0), "relevance")
 
 
 def test_prompt_shows_history_observation_reasoning_and_candidate():

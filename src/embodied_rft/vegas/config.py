@@ -34,6 +34,10 @@ class SynthConfig:
     cot: Literal["template", "teacher"] = "template"
     # wording of the candidate's reasoning (the scripted teacher's, which the SFT policy imitates): full | brief
     reasoning: Literal["full", "brief"] = "full"
+    # the templated chain of thought's sentence on a `find a X` action: exec (whether the simulator accepts it, which
+    # depends on objects the prompt does not list) | relevance (what X is to the task: needed, a tool, already here, not
+    # needed); the verifier stage words its on-policy records the same way (docs/vegas.md §4)
+    find_sentence: Literal["exec", "relevance"] = "exec"
     # teacher CoTs: at most this many characters kept per chain of thought
     cot_max_chars: int = 600
     # seed of every draw (modes, injection steps, wrong objects, wordings, the held-out split)

@@ -38,8 +38,9 @@ from .text import Facts, verification_record
 from .verifier_config import PolicyDataConfig
 
 
-def candidate_records(ep: dict, result: dict, seed: int) -> list[dict]:
-    """One verification record per (planner call, distinct sampled first action) of an episode's greedy run."""
+def candidate_records(ep: dict, result: dict, seed: int, find_sentence: str = "exec") -> list[dict]:
+    """One verification record per (planner call, distinct sampled first action) of an episode's greedy run
+    (``find_sentence``: :func:`~.text.verification_cot`)."""
     return [
         verification_record(
             ep,
@@ -52,6 +53,7 @@ def candidate_records(ep: dict, result: dict, seed: int) -> list[dict]:
             {"action_id": x["a"], "action_name": x["name"], "reasoning": x["reasoning"]},
             Facts(**x["facts"]),
             seed,
+            find_sentence,
         )
         for c in result.get("live", [])
         for x in c["cands"]
@@ -75,6 +77,8 @@ def policy_records(
     exclude: Collection[str],
     prompt_cfg: PromptConfig,
     work_dir: str | Path,
+    *,
+    find_sentence: str = "exec",
 ) -> tuple[list[dict], dict[str, Any]]:
     """The records and their counts (module docstring); nothing is played when ``cfg.episodes`` is 0."""
     if not cfg.episodes:
@@ -114,7 +118,9 @@ def policy_records(
         close = getattr(gen, "close", None)
         if close is not None:
             close()
-    records = [r for ep, res in zip(eps, results, strict=True) for r in candidate_records(ep, res, cfg.seed)]
+    records = [
+        r for ep, res in zip(eps, results, strict=True) for r in candidate_records(ep, res, cfg.seed, find_sentence)
+    ]
     kept = balanced(records, cfg.seed) if cfg.balance else records
     reasons = Counter(f"{r['label']}:{r['reason']}" for r in records)
     counts = {

@@ -30,6 +30,14 @@ STATE = (
 )
 EXEC_OK = ("'{a}' can be done here.", "'{a}' is possible now.", "The simulator would accept '{a}'.")
 EXEC_BAD = ("'{a}' would fail: {why}.", "'{a}' is not possible now: {why}.", "The simulator would reject '{a}': {why}.")
+# a find's argument and the task ({o} the object), for ``synth.find_sentence: relevance``: whether a find executes
+# depends on objects the prompt does not list, its relevance to the task does not
+FIND_ROLE = {
+    "task": ("The task needs the {o}.", "The {o} is part of the task.", "The goal names the {o}."),
+    "tool": ("The task uses the {o}.", "The {o} is needed to do the task.", "The task needs the {o} as a tool."),
+    "here": ("The robot is already at the {o}.", "It stands at the {o} already.", "The {o} is already here."),
+    "other": ("The task does not need the {o}.", "The {o} is not part of the task.", "The goal does not name the {o}."),
+}
 BY_REASON = {
     "goal": ("It completes the task.", "After it the goal is reached.", "This finishes the task."),
     "shortens": ("It brings the goal closer.", "It is a step toward the goal.", "It makes progress on the task."),
@@ -94,8 +102,9 @@ def template_corpus() -> Iterator[str]:
         for t in EXEC_BAD:
             for why in WHY:
                 yield t.format(a=f"pick up the {o}", why=why.format(o=o, p=q))
-        for wordings in BY_REASON.values():
-            yield from wordings
+        for wordings in (*BY_REASON.values(), *FIND_ROLE.values()):
+            for t in wordings:
+                yield t.format(o=o)
         yield f"{VERDICT_KEY}: yes"
         yield f"{VERDICT_KEY}: no"
 
@@ -104,6 +113,7 @@ __all__ = [
     "BY_REASON",
     "EXEC_BAD",
     "EXEC_OK",
+    "FIND_ROLE",
     "GOAL",
     "GOAL_PHRASES",
     "INSTRUCTION",

@@ -34,6 +34,7 @@ from .templates import (
     BY_REASON,
     EXEC_BAD,
     EXEC_OK,
+    FIND_ROLE,
     GOAL,
     GOAL_PHRASES,
     INSTRUCTION,
@@ -71,8 +72,9 @@ class Facts:
     # the action's object (None: it has none) and what it is to the task: task (named by the goal: its object,
     # receptacle, lamp, movable receptacle, or the slices of its object) | tool (a sink / microwave / fridge the
     # task type uses, a knife when it slices) | here (a find of the place the robot already stands at) | other.
-    # In the records and the teacher's prompt (vegas/cot.py), not in the templated chain of thought: a sentence
-    # stating it made the tiny verifier worse on live candidates (docs/experiments.md, 2026-12-02)
+    # In the records and the teacher's prompt (vegas/cot.py); in the templated chain of thought only on finds with
+    # synth.find_sentence=relevance (a sentence stating it on every action made the tiny verifier worse on live
+    # candidates: docs/experiments.md, 2026-12-02)
     arg: str | None = None
     arg_role: str | None = None
 
@@ -175,19 +177,41 @@ def _short_feedback(feedback: str) -> str:
     return why[:1].lower() + why[1:] if why else "it is not allowed here"
 
 
-def verification_cot(facts: Facts, rng: random.Random) -> str:
-    """The templated chain of thought for ``facts``, ending with the verdict line (module docstring)."""
+FIND_SENTENCES = ("exec", "relevance")
+
+
+def _action_sentence(facts: Facts, rng: random.Random, find_sentence: str) -> str:
+    if find_sentence == "relevance" and facts.action.startswith("find a ") and facts.arg_role in FIND_ROLE:
+        return rng.choice(FIND_ROLE[facts.arg_role]).format(o=facts.arg)
+    if facts.executes:
+        return rng.choice(EXEC_OK).format(a=facts.action)
+    return rng.choice(EXEC_BAD).format(a=facts.action, why=_short_feedback(facts.feedback))
+
+
+def _reason(facts: Facts, find_sentence: str) -> str:
+    # with the relevance sentence a failed find is worded as one that changes nothing ("a failed action" would state
+    # the simulator's answer again)
+    if find_sentence == "relevance" and facts.action.startswith("find a ") and facts.reason == "invalid":
+        return "no_progress"
+    return facts.reason
+
+
+def verification_cot(facts: Facts, rng: random.Random, find_sentence: str = "exec") -> str:
+    """The templated chain of thought for ``facts``, ending with the verdict line (module docstring).
+
+    ``find_sentence`` (``synth.find_sentence``): ``exec`` states for every action whether the simulator accepts it;
+    ``relevance`` states instead, for a ``find a X`` action, what X is to the task (:func:`argument_role`) — whether a
+    find executes depends on objects the prompt does not list, so ``exec`` asks the verifier to guess it (and a failed
+    find's reason is worded as one that makes no progress)."""
+    if find_sentence not in FIND_SENTENCES:
+        raise ValueError(f"synth.find_sentence: unknown value {find_sentence!r}; choose one of {list(FIND_SENTENCES)}")
+    if find_sentence == "relevance" and facts.action.startswith("find a ") and facts.arg_role is None:
+        raise ValueError(f"synth.find_sentence=relevance: the facts of {facts.action!r} have no arg_role")
     held = f"the {facts.held}" if facts.held else "nothing"
     place = f"the {facts.place}" if facts.place else "the middle of the room"
     lines = [
         rng.choice(GOAL).format(g=_goal(facts)) + " " + rng.choice(STATE).format(h=held, p=place),
-        (
-            rng.choice(EXEC_OK).format(a=facts.action)
-            if facts.executes
-            else rng.choice(EXEC_BAD).format(a=facts.action, why=_short_feedback(facts.feedback))
-        )
-        + " "
-        + rng.choice(BY_REASON[facts.reason]),
+        _action_sentence(facts, rng, find_sentence) + " " + rng.choice(BY_REASON[_reason(facts, find_sentence)]),
         f"{VERDICT_KEY}: {facts.verdict}",
     ]
     return "\n".join(lines)
@@ -204,11 +228,13 @@ def verification_record(
     candidate: dict,
     facts: Facts,
     seed: int,
+    find_sentence: str = "exec",
 ) -> dict:
     """One verification record (docs/vegas.md §4): the prompt for ``candidate`` (``action_id``, ``action_name``,
     ``reasoning``) after ``history`` with ``observation``, and the templated chain of thought over ``facts`` (its
-    wording seeded by ``seed`` and the record id ``rid``) as the SFT chat ``messages``, with the facts behind them."""
-    cot = verification_cot(facts, random.Random(f"{seed}:{rid}:cot"))
+    wording seeded by ``seed`` and the record id ``rid``; ``find_sentence`` as :func:`verification_cot`) as the SFT
+    chat ``messages``, with the facts behind them."""
+    cot = verification_cot(facts, random.Random(f"{seed}:{rid}:cot"), find_sentence)
     return {
         "record_id": rid,
         "episode_id": ep["episode_id"],
@@ -255,6 +281,7 @@ def parse_verdict(text: object) -> str | None:
 
 
 __all__ = [
+    "FIND_SENTENCES",
     "INSTRUCTION",
     "VERDICT_KEY",
     "Facts",

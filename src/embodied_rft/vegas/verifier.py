@@ -46,11 +46,13 @@ VERIFIER_HEADLINE = {
 @dataclass(frozen=True)
 class PolicySource:
     """Where ``verifier.policy_data`` finds the policy it plays: its checkpoint, the episode file, the prompt config
-    (a :class:`~embodied_rft.data.prompt.PromptConfig`)."""
+    (a :class:`~embodied_rft.data.prompt.PromptConfig`); and ``synth.find_sentence``, so that the on-policy records'
+    chains of thought are worded as the synthesised ones."""
 
     model_dir: str | Path
     episodes_path: str | Path
     prompt_cfg: Any
+    find_sentence: str = "exec"
 
 
 def read_records(path: str | Path, limit: int = 0, seed: int = 0) -> list[dict]:
@@ -121,7 +123,13 @@ def run_verifier(
 
         held_out = {r["episode_id"] for r in read_records(val_path)} if val_path.is_file() else set()
         extra, policy_counts = policy_records(
-            cfg.policy_data, policy.model_dir, policy.episodes_path, held_out, policy.prompt_cfg, work_dir / "policy"
+            cfg.policy_data,
+            policy.model_dir,
+            policy.episodes_path,
+            held_out,
+            policy.prompt_cfg,
+            work_dir / "policy",
+            find_sentence=policy.find_sentence,
         )
         mixed = work_dir / "train_with_policy.jsonl"
         with atomic_open(mixed) as fh:
