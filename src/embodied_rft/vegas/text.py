@@ -180,40 +180,33 @@ def _short_feedback(feedback: str) -> str:
 FIND_SENTENCES = ("exec", "relevance")
 
 
-def _action_sentence(facts: Facts, rng: random.Random, find_sentence: str) -> str:
-    if find_sentence == "relevance" and facts.action.startswith("find a ") and facts.arg_role in FIND_ROLE:
-        return rng.choice(FIND_ROLE[facts.arg_role]).format(o=facts.arg)
-    if facts.executes:
-        return rng.choice(EXEC_OK).format(a=facts.action)
-    return rng.choice(EXEC_BAD).format(a=facts.action, why=_short_feedback(facts.feedback))
-
-
-def _reason(facts: Facts, find_sentence: str) -> str:
-    # with the relevance sentence a failed find is worded as one that changes nothing ("a failed action" would state
-    # the simulator's answer again)
-    if find_sentence == "relevance" and facts.action.startswith("find a ") and facts.reason == "invalid":
-        return "no_progress"
-    return facts.reason
-
-
 def verification_cot(facts: Facts, rng: random.Random, find_sentence: str = "exec") -> str:
     """The templated chain of thought for ``facts``, ending with the verdict line (module docstring).
 
     ``find_sentence`` (``synth.find_sentence``): ``exec`` states for every action whether the simulator accepts it;
     ``relevance`` states instead, for a ``find a X`` action, what X is to the task (:func:`argument_role`) — whether a
-    find executes depends on objects the prompt does not list, so ``exec`` asks the verifier to guess it (and a failed
-    find's reason is worded as one that makes no progress)."""
+    find executes depends on objects the prompt does not list, so ``exec`` asks the verifier to guess it — and words a
+    failed find's reason as one that makes no progress ("a failed action" would state the simulator's answer again)."""
     if find_sentence not in FIND_SENTENCES:
         raise ValueError(f"synth.find_sentence: unknown value {find_sentence!r}; choose one of {list(FIND_SENTENCES)}")
-    if find_sentence == "relevance" and facts.action.startswith("find a ") and facts.arg_role is None:
-        raise ValueError(f"synth.find_sentence=relevance: the facts of {facts.action!r} have no arg_role")
+    relevance = find_sentence == "relevance" and facts.action.startswith("find a ")
+    if relevance and facts.arg_role not in FIND_ROLE:
+        raise ValueError(
+            f"synth.find_sentence=relevance: the facts of {facts.action!r} have arg_role {facts.arg_role!r}, "
+            f"not one of {list(FIND_ROLE)}"
+        )
     held = f"the {facts.held}" if facts.held else "nothing"
     place = f"the {facts.place}" if facts.place else "the middle of the room"
-    lines = [
-        rng.choice(GOAL).format(g=_goal(facts)) + " " + rng.choice(STATE).format(h=held, p=place),
-        _action_sentence(facts, rng, find_sentence) + " " + rng.choice(BY_REASON[_reason(facts, find_sentence)]),
-        f"{VERDICT_KEY}: {facts.verdict}",
-    ]
+    # the draws in this order (goal, state, action, reason): exec's wording is what it was before the option existed
+    first = rng.choice(GOAL).format(g=_goal(facts)) + " " + rng.choice(STATE).format(h=held, p=place)
+    if relevance:
+        action = rng.choice(FIND_ROLE[facts.arg_role]).format(o=facts.arg)
+    elif facts.executes:
+        action = rng.choice(EXEC_OK).format(a=facts.action)
+    else:
+        action = rng.choice(EXEC_BAD).format(a=facts.action, why=_short_feedback(facts.feedback))
+    reason = "no_progress" if relevance and facts.reason == "invalid" else facts.reason
+    lines = [first, f"{action} {rng.choice(BY_REASON[reason])}", f"{VERDICT_KEY}: {facts.verdict}"]
     return "\n".join(lines)
 
 
