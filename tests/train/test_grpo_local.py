@@ -186,6 +186,21 @@ def test_kl_to_reference_and_sequence_mean_aggregation(data, tmp_path):
     assert "kl_ref" in m["final"]
 
 
+def test_dr_grpo_advantage_samples_the_same_groups_and_weighs_them_differently(data, tmp_path):
+    policy = sft_policy()
+    runs = {}
+    for est in ("group_norm", "dr_grpo"):
+        m = run(tiny_cfg(max_updates=1, eval_max_samples=0, advantage=est), policy, data, tmp_path / est)
+        runs[est] = (m["history"][0], _weights(tmp_path / est / "out"))
+    (h_norm, w_norm), (h_dr, w_dr) = runs["group_norm"], runs["dr_grpo"]
+    # same seed, same policy: the same rollouts and rewards; only the advantages (hence the step) differ
+    assert h_dr["reward_mean"] == h_norm["reward_mean"]
+    start = _weights(policy)
+    moved = [k for k in w_dr if not torch.equal(w_dr[k], start[k])]
+    assert moved, "dr_grpo did not update the policy"
+    assert any(not torch.equal(w_dr[k], w_norm[k]) for k in moved)
+
+
 def test_config_errors_name_the_key():
     with pytest.raises(ConfigError, match="grpo.group_size"):
         build(GRPOConfig, {"group_size": 1}, "grpo")
@@ -195,6 +210,8 @@ def test_config_errors_name_the_key():
         build(GRPOConfig, {"lr_schedulr": "cosine"}, "grpo")
     with pytest.raises(ConfigError, match="filter.upper"):
         build(GRPOConfig, {"group_size": 4, "filter": {"upper": 5}}, "grpo")
+    with pytest.raises(ConfigError, match="grpo.advantage"):
+        build(GRPOConfig, {"advantage": "whiten"}, "grpo")
 
 
 def test_updates_raise_above_average_responses_relative_to_the_rest():

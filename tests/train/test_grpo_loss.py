@@ -41,6 +41,24 @@ def test_zero_variance_group_has_zero_advantage():
     assert a.abs().max().item() == 0.0
 
 
+def test_dr_grpo_advantage_keeps_a_small_reward_term_at_its_size():
+    # an all-success group that differs only in ReGRPO's reflection cost (0.1 x tokens / 100): 0, 20, 40, 0 tokens
+    r = torch.tensor([[1.0, 0.98, 0.96, 1.0]])
+    dr = group_advantages(r, estimator="dr_grpo")
+    assert dr[0].tolist() == pytest.approx([0.015, -0.005, -0.025, 0.015], abs=1e-6)  # r - mean, mean 0.985
+    # the paper's group_norm turns the same 0.04 spread into advantages of order one
+    norm = group_advantages(r, estimator="group_norm")
+    assert norm[0].tolist() == pytest.approx((dr[0] / dr[0].std()).tolist(), abs=1e-4)
+    assert norm.abs().max().item() > 1.0
+    # a 0/1 success group: dr_grpo = r - mean, no division
+    assert group_advantages(torch.tensor([[1.0, 0.0]]), estimator="dr_grpo")[0].tolist() == [0.5, -0.5]
+
+
+def test_advantage_estimator_must_be_known():
+    with pytest.raises(ValueError, match="estimator"):
+        group_advantages(torch.tensor([[1.0, 0.0]]), estimator="whiten")
+
+
 def test_advantages_reject_wrong_shape():
     with pytest.raises(ValueError, match="n_groups, G"):
         group_advantages(torch.tensor([1.0, 0.0]))

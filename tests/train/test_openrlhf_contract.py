@@ -86,6 +86,13 @@ def test_text_model_with_kl_and_sequence_mean():
     assert a.data.max_images_per_prompt == 0 and not a.actor.freeze_visual_encoder
 
 
+def test_dr_grpo_advantage_maps_to_openrlhfs_estimator():
+    a = parsed(paper_cfg(advantage="dr_grpo"))
+    assert a.algo.advantage.estimator == "dr_grpo" and a.critic.model_name_or_path is None
+    with pytest.raises(ConfigError, match="grpo.advantage"):
+        paper_cfg(advantage="whiten")
+
+
 def test_filter_off_sends_no_dynamic_filtering():
     a = parsed(
         paper_cfg(filter=FilterConfig(enabled=False, drop_zero_variance=False, buffer_size=128, updates_per_buffer=8))

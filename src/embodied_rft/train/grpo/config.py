@@ -151,6 +151,9 @@ class GRPOConfig:
     eps_clip: float = 0.2
     # ε in A = (r − mean)/(std + ε). OpenRLHF: 1e-9; TRL: 1e-4. Small enough not to matter for std > 0.
     adv_eps: float = 1e-6
+    # group advantage: group_norm = (r − mean)/(std + ε), the paper's GRPO | dr_grpo = r − mean (Dr. GRPO; OpenRLHF's
+    # --algo.advantage.estimator of the same names)
+    advantage: Literal["group_norm", "dr_grpo"] = "group_norm"
     # The online accuracy filter, N_B (filter.buffer_size, groups) and K_2 (filter.updates_per_buffer).
     # Paper: lower 1, upper G − 1 (RR: group-mean accuracy in [0.1, 0.9]); N_B 128, K_2 8 (inferred).
     filter: FilterConfig = field(default_factory=_paper_filter)
@@ -258,6 +261,11 @@ class GRPOConfig:
         check(self.kl_coef >= 0, "grpo.kl_coef", f"β must be >= 0; got {self.kl_coef}")
         check(0 < self.eps_clip < 1, "grpo.eps_clip", f"ε must be in (0, 1); got {self.eps_clip}")
         check(self.adv_eps > 0, "grpo.adv_eps", f"must be > 0; got {self.adv_eps}")
+        check(
+            self.advantage in ("group_norm", "dr_grpo"),
+            "grpo.advantage",
+            f"must be group_norm or dr_grpo; got {self.advantage!r}",
+        )
         self.filter.bounds(g)  # raises when lower/upper cannot fit G
         check(
             self.train_batch_size >= 0,

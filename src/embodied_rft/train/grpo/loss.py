@@ -31,14 +31,23 @@ LossAgg = Literal["token_mean", "seq_mean_token_mean"]
 # OpenRLHF bounds the log-ratio before exp() so one wild token cannot overflow the loss.
 _LOG_RATIO_CLAMP = 20.0
 _KL_CLAMP = 10.0
+# group advantage estimators (OpenRLHF's names): group_norm = (r − mean) / std, dr_grpo = r − mean
+ADVANTAGE_ESTIMATORS = ("group_norm", "dr_grpo")
 
 
-def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """A = (r − mean) / (std + eps) within each row of ``rewards`` [n_groups, G] (unbiased std)."""
+def group_advantages(rewards: torch.Tensor, eps: float = 1e-6, estimator: str = "group_norm") -> torch.Tensor:
+    """A = (r − mean) / (std + eps) within each row of ``rewards`` [n_groups, G] (unbiased std): ``group_norm``, the
+    paper's GRPO; ``dr_grpo`` keeps A = r − mean (Dr. GRPO: no std division, so a reward term of a few hundredths,
+    such as ReGRPO's reflection cost, stays that size instead of becoming a unit advantage when it is a group's only
+    difference). The names are OpenRLHF's ``--algo.advantage.estimator`` values."""
+    if estimator not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"group_advantages: estimator must be one of {ADVANTAGE_ESTIMATORS}, got {estimator!r}")
     if rewards.dim() != 2:
         raise ValueError(f"group_advantages: rewards must be [n_groups, G], got shape {tuple(rewards.shape)}")
     r = rewards.float()
     mean = r.mean(dim=1, keepdim=True)
+    if estimator == "dr_grpo":
+        return r - mean
     std = r.std(dim=1, keepdim=True) if r.shape[1] > 1 else torch.zeros_like(mean)
     return (r - mean) / (std + eps)
 
