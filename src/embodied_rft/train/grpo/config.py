@@ -264,7 +264,7 @@ class GRPOConfig:
         check(
             self.advantage in ("group_norm", "dr_grpo"),
             "grpo.advantage",
-            f"must be group_norm or dr_grpo; got {self.advantage!r}",
+            f"group_norm | dr_grpo; got {self.advantage!r}",
         )
         self.filter.bounds(g)  # raises when lower/upper cannot fit G
         check(

@@ -313,8 +313,7 @@ class GRPOEngine:
         cfg, st = self.cfg, self.state
         groups = batch.groups
         G = cfg.group_size
-        rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)
-        adv = group_advantages(rewards, cfg.adv_eps, cfg.advantage)
+        adv = group_advantages(torch.tensor([g.rewards for g in groups]), cfg.adv_eps, cfg.advantage)
         zero = [bool((adv[i].abs() < 1e-8).all()) for i in range(len(groups))]
         st.groups_trained += len(groups)
         st.zero_adv_groups_trained += sum(zero)

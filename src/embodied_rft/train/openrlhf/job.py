@@ -8,8 +8,9 @@ here imports OpenRLHF: the argv is checked against the installed OpenRLHF parser
 
 The mapping (paper §3.2-3.3 → OpenRLHF):
 * G → ``--rollout.n_samples_per_prompt``; the group advantage (``grpo.advantage``: ``group_norm``, the paper's, or
-  ``dr_grpo``, r − mean, neither whitened over the batch by OpenRLHF) → ``--algo.advantage.estimator``; ε → ``--actor.eps_clip``; β → ``--algo.kl.init_coef`` (with ``--algo.kl.use_loss
-  --algo.kl.estimator k3`` when β > 0; at β = 0 OpenRLHF builds no reference model);
+  ``dr_grpo``, r − mean, neither whitened over the batch by OpenRLHF) → ``--algo.advantage.estimator``;
+  ε → ``--actor.eps_clip``; β → ``--algo.kl.init_coef`` (with ``--algo.kl.use_loss --algo.kl.estimator k3``
+  when β > 0; at β = 0 OpenRLHF builds no reference model);
 * the accuracy filter lower ≤ C_x ≤ upper → ``--algo.dynamic_filtering_enable --algo.dynamic_filtering_range
   LO HI`` with LO = (lower − 0.5)/G, HI = (upper + 0.5)/G over the reward file's ``scores`` = accuracy_full
   (``filtering.openrlhf_range``; OpenRLHF keeps a group iff LO < mean(scores) < HI and replaces rejected
