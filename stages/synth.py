@@ -24,7 +24,7 @@ def main(cfg) -> None:
         from embodied_rft.vegas.cot import teacher_rewriter
 
         tcfg = build(TeacherConfig, ctx.section("teacher"), "teacher")
-        rewrite = teacher_rewriter(tcfg, ctx.paths.verify_cache, scfg.cot_max_chars)
+        rewrite = teacher_rewriter(tcfg, ctx.paths.verify_cache, scfg.cot_max_chars, verdict=scfg.verdict)
     run_synth(
         scfg,
         Path(ctx.paths.episodes_dir) / f"{scfg.split}.jsonl",

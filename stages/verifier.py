@@ -16,6 +16,7 @@ from stages._hydra import stage_main
 def main(cfg) -> None:
     ctx = stage_context(cfg, "verifier")
     vcfg = build(VerifierConfig, ctx.section("verifier"), "verifier")
+    scfg = build(SynthConfig, ctx.section("synth"), "synth")
     p = ctx.paths
     run_verifier(
         vcfg,
@@ -29,7 +30,8 @@ def main(cfg) -> None:
             p.sft_model,
             Path(p.episodes_dir) / f"{vcfg.policy_data.split}.jsonl",
             build(PromptConfig, ctx.section("prompt"), "prompt"),
-            find_sentence=build(SynthConfig, ctx.section("synth"), "synth").find_sentence,
+            find_sentence=scfg.find_sentence,
+            verdict=scfg.verdict,
         ),
     )
 

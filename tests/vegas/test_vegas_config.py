@@ -52,6 +52,7 @@ from embodied_rft.vegas.verifier_config import VerifierConfig
             {"find_sentence": "oracle"},
             r"synth.find_sentence: 'oracle' is not one of \['exec', 'relevance'\]",
         ),
+        (SynthConfig, "synth", {"verdict": "middle"}, r"synth.verdict: 'middle' is not one of \['last', 'first'\]"),
         (
             VerifierConfig,
             "verifier",

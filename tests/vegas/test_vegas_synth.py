@@ -3,6 +3,7 @@ oracle, records SFT can read, a held-out split by episode, a byte-identical reru
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 
@@ -95,14 +96,19 @@ def test_a_rerun_writes_the_same_bytes(synth, tmp_path):
         assert (tmp_path / "verify" / f"{s}.jsonl").read_bytes() == (root / "verify" / f"{s}.jsonl").read_bytes()
 
 
-def test_find_sentence_relevance_rewords_only_the_finds(synth, tmp_path):
+def _rerun(synth, tmp_path, **wording) -> tuple[list[dict], list[dict]]:
+    """The fixture's train records and those of a rerun with other wording options, checked to be the same records."""
     root, cfg, _, _, recs = synth
-    rel = SynthConfig(val_fraction=0.2, reasoning="brief", seed=1, find_sentence="relevance")
-    run_synth(rel, root / "train.jsonl", tmp_path / "verify", tmp_path / "synth.json")
+    run_synth(dataclasses.replace(cfg, **wording), root / "train.jsonl", tmp_path / "verify", tmp_path / "synth.json")
     again = [json.loads(x) for x in (tmp_path / "verify" / "train.jsonl").read_text().splitlines()]
     assert [r["record_id"] for r in again] == [r["record_id"] for r in recs["train"]]
+    return recs["train"], again
+
+
+def test_find_sentence_relevance_rewords_only_the_finds(synth, tmp_path):
+    before, again = _rerun(synth, tmp_path, find_sentence="relevance")
     finds = 0
-    for a, b in zip(recs["train"], again, strict=True):
+    for a, b in zip(before, again, strict=True):
         assert a["verdict"] == b["verdict"] and a["messages"][0] == b["messages"][0]  # same prompt, same label
         ca, cb = a["messages"][-1]["content"], b["messages"][-1]["content"]
         if a["candidate"]["action_name"].startswith("find a "):
@@ -112,6 +118,15 @@ def test_find_sentence_relevance_rewords_only_the_finds(synth, tmp_path):
         else:
             assert ca == cb
     assert finds > 20
+
+
+def test_verdict_first_opens_every_verification_with_the_oracles_verdict(synth, tmp_path):
+    before, again = _rerun(synth, tmp_path, verdict="first")
+    for a, b in zip(before, again, strict=True):
+        assert a["messages"][0] == b["messages"][0] and a["verdict"] == b["verdict"]
+        la, lb = a["messages"][-1]["content"].splitlines(), b["messages"][-1]["content"].splitlines()
+        assert lb[0] == f"action_is_correct: {a['verdict']}" and lb[1:] == la[:-1]
+    assert {r["verdict"] for r in again} == {"yes", "no"}
 
 
 def test_bad_episodes_fail_naming_file_and_line(tmp_path):

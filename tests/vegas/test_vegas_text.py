@@ -44,6 +44,11 @@ def test_with_verdict_replaces_any_verdict_the_text_states():
     assert with_verdict("Looks fine.\naction_is_correct: yes", "no") == f"Looks fine.\n{VERDICT_KEY}: no"
     assert with_verdict("It fails. action_is_correct: yes", "no").endswith("It fails.\naction_is_correct: no")
     assert with_verdict("action_is_correct: yes", "yes") == "action_is_correct: yes"
+    # synth.verdict=first: the verdict line opens the text, any verdict the text states is still removed
+    assert with_verdict("Looks fine.\naction_is_correct: yes", "no", "first") == f"{VERDICT_KEY}: no\nLooks fine."
+    assert with_verdict("", "yes", "first") == "action_is_correct: yes"
+    with pytest.raises(ValueError, match="synth.verdict"):
+        with_verdict("Looks fine.", "yes", "middle")
 
 
 def _facts(**kw) -> Facts:
@@ -80,6 +85,15 @@ def test_cot_states_the_facts_and_ends_with_the_oracles_verdict():
         random.Random(1),
     )
     assert "hold a Apple under a lit DeskLamp" in look and "the Apple" in look.splitlines()[0]
+
+
+def test_verdict_first_moves_only_the_verdict_line():
+    for seed in range(8):
+        for facts in (_facts(), _facts(action="find a Apple", executes=True, label="correct", reason="shortens")):
+            last = verification_cot(facts, random.Random(seed)).splitlines()
+            first = verification_cot(facts, random.Random(seed), verdict="first").splitlines()
+            assert first == [last[-1], *last[:-1]]  # same sentences, same wording draws
+            assert parse_verdict("\n".join(first)) == facts.verdict
 
 
 def test_cot_wordings_vary_with_the_seed():

@@ -38,6 +38,10 @@ class SynthConfig:
     # depends on objects the prompt does not list) | relevance (what X is to the task: needed, a tool, already here, not
     # needed); the verifier stage words its on-policy records the same way (docs/vegas.md §4)
     find_sentence: Literal["exec", "relevance"] = "exec"
+    # where the verdict line goes in a verification: last (the paper's: the chain of thought, then the verdict) | first
+    # (the verdict, then the chain of thought as its rationale: P(yes) is read from the prompt alone, not after a
+    # chain of thought the verifier may get wrong); the on-policy records and teacher CoTs follow it (docs/vegas.md §4)
+    verdict: Literal["last", "first"] = "last"
     # teacher CoTs: at most this many characters kept per chain of thought
     cot_max_chars: int = 600
     # seed of every draw (modes, injection steps, wrong objects, wordings, the held-out split)

@@ -69,9 +69,10 @@ def cot_request(rec: dict) -> dict:
 
 
 def teacher_rewriter(
-    teacher_cfg: TeacherConfig, cache_path: str | Path, max_chars: int, *, teacher: Any = None
+    teacher_cfg: TeacherConfig, cache_path: str | Path, max_chars: int, *, teacher: Any = None, verdict: str = "last"
 ) -> Callable[[list[dict]], dict]:
-    """A ``rewrite_cots`` callable for :func:`~.synth.run_synth` (module docstring)."""
+    """A ``rewrite_cots`` callable for :func:`~.synth.run_synth` (module docstring); ``verdict``: where the record's
+    verdict line goes (``synth.verdict``)."""
     if teacher is None and teacher_cfg.backend != "openai":
         raise ConfigError(
             f"synth.cot: teacher needs teacher.backend=openai (an OpenAI-compatible endpoint), got "
@@ -102,7 +103,7 @@ def teacher_rewriter(
             answer = got.get(key_of[rec["record_id"]])
             text = " ".join((answer.text if answer else "").split())[:max_chars].strip()
             if text:
-                rec["messages"][-1]["content"] = with_verdict(text, rec["verdict"])
+                rec["messages"][-1]["content"] = with_verdict(text, rec["verdict"], verdict)
                 rec["cot_source"] = "teacher"
             else:
                 fallback += 1

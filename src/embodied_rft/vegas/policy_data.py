@@ -38,9 +38,11 @@ from .text import Facts, verification_record
 from .verifier_config import PolicyDataConfig
 
 
-def candidate_records(ep: dict, result: dict, seed: int, find_sentence: str = "exec") -> list[dict]:
+def candidate_records(
+    ep: dict, result: dict, seed: int, find_sentence: str = "exec", verdict: str = "last"
+) -> list[dict]:
     """One verification record per (planner call, distinct sampled first action) of an episode's greedy run
-    (``find_sentence``: :func:`~.text.verification_cot`)."""
+    (``find_sentence``, ``verdict``: :func:`~.text.verification_cot`)."""
     return [
         verification_record(
             ep,
@@ -54,6 +56,7 @@ def candidate_records(ep: dict, result: dict, seed: int, find_sentence: str = "e
             Facts(**x["facts"]),
             seed,
             find_sentence,
+            verdict,
         )
         for c in result.get("live", [])
         for x in c["cands"]
@@ -79,6 +82,7 @@ def policy_records(
     work_dir: str | Path,
     *,
     find_sentence: str = "exec",
+    verdict: str = "last",
 ) -> tuple[list[dict], dict[str, Any]]:
     """The records and their counts (module docstring); nothing is played when ``cfg.episodes`` is 0."""
     if not cfg.episodes:
@@ -119,7 +123,9 @@ def policy_records(
         if close is not None:
             close()
     records = [
-        r for ep, res in zip(eps, results, strict=True) for r in candidate_records(ep, res, cfg.seed, find_sentence)
+        r
+        for ep, res in zip(eps, results, strict=True)
+        for r in candidate_records(ep, res, cfg.seed, find_sentence, verdict)
     ]
     kept = balanced(records, cfg.seed) if cfg.balance else records
     reasons = Counter(f"{r['label']}:{r['reason']}" for r in records)

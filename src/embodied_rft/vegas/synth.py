@@ -113,7 +113,18 @@ class _Episode:
         reasoning = self.reasoner.respond(pseudo)["reasoning_and_reflection"]
         candidate = {"action_id": self.space.id(action), "action_name": action, "reasoning": reasoning}
         return verification_record(
-            ep, rid, len(history), source, mode, history, obs, candidate, facts, self.cfg.seed, self.cfg.find_sentence
+            ep,
+            rid,
+            len(history),
+            source,
+            mode,
+            history,
+            obs,
+            candidate,
+            facts,
+            self.cfg.seed,
+            self.cfg.find_sentence,
+            self.cfg.verdict,
         )
 
     # ------------------------------------------------------------------ failure options at step n

@@ -8,7 +8,8 @@ why not, the world oracle's label). Output:
 - :func:`verification_messages`: the chat prompt (one user turn; the tiny preset's compact history format,
   docs/facts.md §4.2, and last the instruction to end with the verdict line, so a zero-shot model knows the format);
 - :func:`verification_cot`: a short chain of thought over those facts, each sentence drawn from several
-  wordings by a seeded RNG, ending with ``action_is_correct: yes`` or ``action_is_correct: no``;
+  wordings by a seeded RNG, ending with ``action_is_correct: yes`` or ``action_is_correct: no`` (or opening with it:
+  ``synth.verdict: first``);
 - :func:`parse_verdict`: ``yes`` / ``no`` / None from any verifier output (the last verdict line wins; quotes,
   JSON and case tolerated; never raises).
 
@@ -178,15 +179,18 @@ def _short_feedback(feedback: str) -> str:
 
 
 FIND_SENTENCES = ("exec", "relevance")
+VERDICT_POSITIONS = ("last", "first")
 
 
-def verification_cot(facts: Facts, rng: random.Random, find_sentence: str = "exec") -> str:
-    """The templated chain of thought for ``facts``, ending with the verdict line (module docstring).
+def verification_cot(facts: Facts, rng: random.Random, find_sentence: str = "exec", verdict: str = "last") -> str:
+    """The templated chain of thought for ``facts`` with its verdict line (module docstring).
 
     ``find_sentence`` (``synth.find_sentence``): ``exec`` states for every action whether the simulator accepts it;
     ``relevance`` states instead, for a ``find a X`` action, what X is to the task (:func:`argument_role`) — whether a
     find executes depends on objects the prompt does not list, so ``exec`` asks the verifier to guess it — and words a
-    failed find's reason as one that makes no progress ("a failed action" would state the simulator's answer again)."""
+    failed find's reason as one that makes no progress ("a failed action" would state the simulator's answer again).
+    ``verdict`` (``synth.verdict``): the verdict line ``last`` (after the chain of thought) or ``first`` (before it); the
+    sentences and their wording draws are the same either way."""
     if find_sentence not in FIND_SENTENCES:
         raise ValueError(f"synth.find_sentence: unknown value {find_sentence!r}; choose one of {list(FIND_SENTENCES)}")
     relevance = find_sentence == "relevance" and facts.action.startswith("find a ")
@@ -206,8 +210,7 @@ def verification_cot(facts: Facts, rng: random.Random, find_sentence: str = "exe
     else:
         action = rng.choice(EXEC_BAD).format(a=facts.action, why=_short_feedback(facts.feedback))
     reason = "no_progress" if relevance and facts.reason == "invalid" else facts.reason
-    lines = [first, f"{action} {rng.choice(BY_REASON[reason])}", f"{VERDICT_KEY}: {facts.verdict}"]
-    return "\n".join(lines)
+    return with_verdict(f"{first}\n{action} {rng.choice(BY_REASON[reason])}", facts.verdict, verdict)
 
 
 def verification_record(
@@ -222,12 +225,13 @@ def verification_record(
     facts: Facts,
     seed: int,
     find_sentence: str = "exec",
+    verdict: str = "last",
 ) -> dict:
     """One verification record (docs/vegas.md §4): the prompt for ``candidate`` (``action_id``, ``action_name``,
     ``reasoning``) after ``history`` with ``observation``, and the templated chain of thought over ``facts`` (its
-    wording seeded by ``seed`` and the record id ``rid``; ``find_sentence`` as :func:`verification_cot`) as the SFT
-    chat ``messages``, with the facts behind them."""
-    cot = verification_cot(facts, random.Random(f"{seed}:{rid}:cot"), find_sentence)
+    wording seeded by ``seed`` and the record id ``rid``; ``find_sentence`` and ``verdict`` as
+    :func:`verification_cot`) as the SFT chat ``messages``, with the facts behind them."""
+    cot = verification_cot(facts, random.Random(f"{seed}:{rid}:cot"), find_sentence, verdict)
     return {
         "record_id": rid,
         "episode_id": ep["episode_id"],
@@ -259,10 +263,14 @@ def verification_record(
     }
 
 
-def with_verdict(cot: str, verdict: str) -> str:
-    """``cot`` with any verdict it states removed and the line ``action_is_correct: <verdict>`` appended."""
+def with_verdict(cot: str, verdict: str, position: str = "last") -> str:
+    """``cot`` with any verdict it states removed and the line ``action_is_correct: <verdict>`` put ``last`` (appended)
+    or ``first`` (before the chain of thought)."""
+    if position not in VERDICT_POSITIONS:
+        raise ValueError(f"synth.verdict: unknown value {position!r}; choose one of {list(VERDICT_POSITIONS)}")
     body = "\n".join(line.strip() for line in _VERDICT_RE.sub("", cot).strip().splitlines() if line.strip())
-    return f"{body}\n{VERDICT_KEY}: {verdict}" if body else f"{VERDICT_KEY}: {verdict}"
+    lines = [body, f"{VERDICT_KEY}: {verdict}"] if position == "last" else [f"{VERDICT_KEY}: {verdict}", body]
+    return "\n".join(x for x in lines if x)
 
 
 def parse_verdict(text: object) -> str | None:
@@ -277,6 +285,7 @@ __all__ = [
     "FIND_SENTENCES",
     "INSTRUCTION",
     "VERDICT_KEY",
+    "VERDICT_POSITIONS",
     "Facts",
     "argument_role",
     "facts_for",
