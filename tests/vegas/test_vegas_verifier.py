@@ -11,11 +11,13 @@ import torch
 
 from embodied_rft.core.atomic import write_jsonl_atomic
 from embodied_rft.data.jsonl import DataError
+from embodied_rft.generation.base import Completion
 from embodied_rft.models import load_model
 from embodied_rft.train.sft.config import SFTConfig
 from embodied_rft.vegas.config import SynthConfig
 from embodied_rft.vegas.score import Verifier, auroc, balanced_accuracy
 from embodied_rft.vegas.synth import run_synth
+from embodied_rft.vegas.text import parse_verdict
 from embodied_rft.vegas.verifier import read_records, run_verifier
 from embodied_rft.vegas.verifier_config import VerifierConfig
 from embodied_rft.world import GeneratorConfig, generate_episodes
@@ -53,6 +55,32 @@ def test_p_yes_is_the_normalised_verdict_probability():
         assert verdict is None and v.calls == 2
         vs = v.verdicts(prompts, 3, 1.0, seed=1)
         assert [len(x) for x in vs] == [3, 3] and v.calls == 8
+
+
+@pytest.mark.parametrize(
+    "text, read_after",
+    [
+        # synth.verdict=first: the verdict token is read right after the prompt, whatever rationale follows
+        ("action_is_correct: yes\nThe task: put a Mug in the Sink.", "action_is_correct:"),
+        # last (the paper's order): after the chain of thought the verifier wrote
+        (
+            "The task: put a Mug in the Sink.\naction_is_correct: no",
+            "The task: put a Mug in the Sink.\naction_is_correct:",
+        ),
+    ],
+)
+def test_p_yes_reads_the_verdict_wherever_the_verdict_line_is(monkeypatch, text, read_after):
+    with tc.one_thread():
+        model, tok = load_model(tc.text_model())
+        v = Verifier(model, tok, max_new_tokens=5, batch_size=1, device="cpu")
+        prompt = [{"role": "user", "content": "Check this."}]
+        monkeypatch.setattr(v.gen, "complete", lambda ps, **kw: [[Completion(text, 1, 1, "stop")] for _ in ps])
+        seen = []
+        monkeypatch.setattr(v, "verdict_logprobs", lambda prefix: seen.append(prefix) or (-1.0, -2.0))
+        [(p, verdict, out)] = v.p_yes([prompt])
+        head = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        assert seen == [head + read_after] and out == text
+        assert p == pytest.approx(1 / (1 + math.exp(-1.0))) and verdict == parse_verdict(text)
 
 
 @pytest.fixture(scope="module")
