@@ -131,5 +131,36 @@ def test_the_table_pools_paired_outcomes_and_checks_the_issue_s_thresholds():
         "shuffled_does_not_reproduce_the_gain": True,
         "eta_reflection_tokens_after_success_<=20pct_of_eta0": True,
     }
-    assert "| rot vs plain (free) | +10.0 (1), +10.0 (1) | 2 | 4 | +10.0 | 0.688 | -15.0 | +15.0 |" in render(summ)
+    table = render(summ)
+    assert "| rot vs plain (free) | s0 +10.0 (1), s1 +10.0 (1) | 2 | 4 | +10.0 | 0.688 | -15.0 | +15.0 |" in table
+    assert "| rot/free | s0 50.0, s1 50.0 | 50.0 |" in table
     assert checks({}) == {}
+
+
+def test_arms_run_on_different_seeds_are_named_by_seed_and_compared_where_both_ran():
+    eps = [f"e{i}" for i in range(10)]
+    plain = {e: i < 4 for i, e in enumerate(eps)}
+    rot = {e: 1 <= i < 6 for i, e in enumerate(eps)}
+    records = {
+        0: {
+            ("plain", "free"): _record(plain, (40, 100), (20, 100)),
+            ("rot", "free"): _record(rot, (25, 100), (35, 100)),
+        },
+        2: {("rot", "free"): _record(plain, (25, 100), (35, 100))},
+    }
+    summ = summarise(records)
+    assert [r["seed"] for r in summ["arms"]["rot/free"]["per_seed"]] == [0, 2]
+    assert summ["arms"]["rot/free"]["success_mean"] == 45.0
+    c = summ["comparisons"]["rot vs plain (free)"]
+    assert c["seeds"] == [0] and (c["only_a"], c["only_b"], c["episodes"]) == (1, 2, 10)
+    table = render(summ)
+    assert "| rot/free | s0 50.0, s2 40.0 | 45.0 |" in table
+    assert "| plain/free | s0 40.0 | 40.0 |" in table
+    assert "| rot vs plain (free) | s0 +10.0 (1) | 1 | 2 | +10.0 |" in table
+    lopsided = {e: True for e in [f"f{i}" for i in range(30)]}
+    never = dict.fromkeys(lopsided, False)
+    far = summarise(
+        {0: {("plain", "free"): _record(never, (1, 2), (1, 2)), ("rot", "free"): _record(lopsided, (1, 2), (1, 2))}}
+    )
+    assert far["comparisons"]["rot vs plain (free)"]["p_mcnemar_pooled"] == 0.0  # 2 * 0.5**30, rounded
+    assert "| rot vs plain (free) | s0 +100.0 (<1e-6) | 0 | 30 | +100.0 | <1e-6 |" in render(far)

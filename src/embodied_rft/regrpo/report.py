@@ -75,7 +75,8 @@ def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]
     seeds = sorted(records)
     keys = sorted({k for r in records.values() for k in r})
     arms: dict[str, Any] = {}
-    rows = {k: [arm_row(records[s][k]) for s in seeds if k in records[s]] for k in keys}
+    # the seeds an arm has: arms may be run on different seeds (the table names the seed of every figure)
+    rows = {k: [{"seed": s, **arm_row(records[s][k])} for s in seeds if k in records[s]] for k in keys}
     for (arm, mode), rs in rows.items():
         arms[f"{arm}/{mode}"] = {
             "per_seed": [{k: v for k, v in r.items() if k != "success_by_episode"} for r in rs],
@@ -139,6 +140,11 @@ def checks(c: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _p(p: float) -> str:
+    """A p-value as the table prints it: stored rounded to 6 decimals, so 0 means below 1e-6."""
+    return "<1e-6" if p < 1e-6 else f"{p:.3g}"
+
+
 def render(summary: dict[str, Any]) -> str:
     """The summary as Markdown."""
     pct = lambda x: "–" if x is None else f"{100 * x:.1f}"  # noqa: E731
@@ -154,7 +160,7 @@ def render(summary: dict[str, Any]) -> str:
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for k, a in summary["arms"].items():
-        per = ", ".join(f"{r['success']:.1f}" for r in a["per_seed"])
+        per = ", ".join(f"s{r['seed']} {r['success']:.1f}" for r in a["per_seed"])
         t = a["reflection_tokens_per_call_after_success_pooled"]
         lines.append(
             f"| {k} | {per} | {a['success_mean']:.1f} | {pct(a['repeat_after_failure_rate_pooled'])} | "
@@ -170,12 +176,15 @@ def render(summary: dict[str, Any]) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for k, c in summary["comparisons"].items():
-        per = ", ".join(f"{g:+.1f} ({p:.3g})" for g, p in zip(c["success_gap_per_seed"], c["p_mcnemar_per_seed"]))
+        per = ", ".join(
+            f"s{s} {g:+.1f} ({_p(p)})"
+            for s, g, p in zip(c["seeds"], c["success_gap_per_seed"], c["p_mcnemar_per_seed"], strict=True)
+        )
         g = c["behaviour_gap_pts"]
         fmt = lambda x: "–" if x is None else f"{x:+.1f}"  # noqa: E731
         lines.append(
             f"| {k} | {per} | {c['only_a']} | {c['only_b']} | {c['success_gap_pooled']:+.1f} | "
-            f"{c['p_mcnemar_pooled']:.3g} | {fmt(g['repeat_after_failure_rate'])} | "
+            f"{_p(c['p_mcnemar_pooled'])} | {fmt(g['repeat_after_failure_rate'])} | "
             f"{fmt(g['recovered_next_call_rate'])} |"
         )
     lines += ["", "| check | holds |", "|---|---|"]
