@@ -163,4 +163,11 @@ def test_arms_run_on_different_seeds_are_named_by_seed_and_compared_where_both_r
         {0: {("plain", "free"): _record(never, (1, 2), (1, 2)), ("rot", "free"): _record(lopsided, (1, 2), (1, 2))}}
     )
     assert far["comparisons"]["rot vs plain (free)"]["p_mcnemar_pooled"] == 0.0  # 2 * 0.5**30, rounded
+    # per seed at the same precision: 2 * 0.5**17 = 1.5e-5 is printed, not "<1e-6" (nor 0.0 at 4 decimals)
+    mid = {e: i < 17 for i, e in enumerate(lopsided)}
+    near = summarise(
+        {1: {("plain", "free"): _record(never, (1, 2), (1, 2)), ("rot", "free"): _record(mid, (1, 2), (1, 2))}}
+    )
+    assert near["comparisons"]["rot vs plain (free)"]["p_mcnemar_per_seed"] == [round(2 * 0.5**17, 6)]
+    assert "| s1 +56.7 (1.5e-05) |" in render(near)
     assert "| rot vs plain (free) | s0 +100.0 (<1e-6) | 0 | 30 | +100.0 | <1e-6 |" in render(far)

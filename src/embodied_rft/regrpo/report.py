@@ -104,7 +104,8 @@ def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]
         comparisons[f"{b} vs {a} ({mode})"] = {
             "seeds": both,
             "success_gap_per_seed": [c["gap"] for c in per],
-            "p_mcnemar_per_seed": [c["p_mcnemar"] for c in per],
+            # from the discordant counts at the pooled p's precision (paired() keeps 4 decimals)
+            "p_mcnemar_per_seed": [round(mcnemar_exact(c["only_a"], c["only_b"]), 6) for c in per],
             "episodes": n,
             "only_a": only_a,
             "only_b": only_b,
@@ -141,7 +142,7 @@ def checks(c: dict[str, Any]) -> dict[str, Any]:
 
 
 def _p(p: float) -> str:
-    """A p-value as the table prints it: stored rounded to 6 decimals, so 0 means below 1e-6."""
+    """A p-value as the table prints it: every p of the summary is rounded to 6 decimals, so 0 means below 1e-6."""
     return "<1e-6" if p < 1e-6 else f"{p:.3g}"
 
 
