@@ -9,8 +9,9 @@ import math
 import pytest
 import torch
 
+from embodied_rft.config import build
 from embodied_rft.core.atomic import write_jsonl_atomic
-from embodied_rft.data.jsonl import DataError
+from embodied_rft.data.jsonl import DataError, iter_jsonl
 from embodied_rft.generation.base import Completion
 from embodied_rft.models import load_model
 from embodied_rft.train.sft.config import SFTConfig
@@ -18,7 +19,7 @@ from embodied_rft.vegas.config import SynthConfig
 from embodied_rft.vegas.score import Verifier, auroc, balanced_accuracy
 from embodied_rft.vegas.synth import run_synth
 from embodied_rft.vegas.text import parse_verdict
-from embodied_rft.vegas.verifier import read_records, run_verifier
+from embodied_rft.vegas.verifier import read_records, run_verifier, verdict_only
 from embodied_rft.vegas.verifier_config import VerifierConfig
 from embodied_rft.world import GeneratorConfig, generate_episodes
 from tests.helpers import tiny_checkpoints as tc
@@ -123,3 +124,41 @@ def test_records_reader_names_the_line(tmp_path):
         read_records(tmp_path / "val.jsonl")
     with pytest.raises(DataError, match="run the `synth` stage"):
         read_records(tmp_path / "missing.jsonl")
+
+
+def test_verdict_target_cuts_every_assistant_turn_to_its_verdict_line(records, tmp_path):
+    src = records / "verify" / "train.jsonl"
+    before = [r for _, r in iter_jsonl(src)]
+    n = verdict_only(src, tmp_path / "cut.jsonl")
+    after = [r for _, r in iter_jsonl(tmp_path / "cut.jsonl")]
+    assert n == len(before) == len(after) > 0
+    for b, a in zip(before, after, strict=True):
+        assert a["messages"][:-1] == b["messages"][:-1] and a["verdict"] == b["verdict"]
+        assert a["messages"][-1] == {**b["messages"][-1], "content": f"action_is_correct: {b['verdict']}"}
+        assert len(b["messages"][-1]["content"]) > len(a["messages"][-1]["content"])  # a chain of thought was cut
+    # the stage trains on the cut file: its SFT sees only verdict lines
+    sft = SFTConfig(lr=1e-3, max_steps=1, batch_size=2, grad_accum=1, max_len=512, save_steps=1, logging_steps=1)
+    cfg = VerifierConfig(
+        init="random", target="verdict", sft=sft, eval_max_records=2, eval_batch_size=2, max_new_tokens=6
+    )
+    with tc.one_thread():
+        m = run_verifier(
+            cfg,
+            tc.text_model(),
+            records / "verify",
+            tmp_path / "v",
+            tmp_path / "v.json",
+            tmp_path / "l.csv",
+            tmp_path / "w",
+        )
+    assert m["steps"] == 1 and [r for _, r in iter_jsonl(tmp_path / "w" / "train_verdict.jsonl")] == after
+
+
+def test_verdict_target_names_a_record_without_a_verdict_line(tmp_path):
+    rec = {"verdict": "yes", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "ok"}]}
+    (tmp_path / "t.jsonl").write_text(json.dumps(rec) + "\n")
+    with pytest.raises(DataError, match=r"t.jsonl:1: field 'messages' must end with an assistant turn holding one"):
+        verdict_only(tmp_path / "t.jsonl", tmp_path / "out.jsonl")
+    assert not (tmp_path / "out.jsonl").exists()
+    with pytest.raises(ValueError, match=r"verifier.target: 'reasons' is not one of \['cot', 'verdict'\]"):
+        build(VerifierConfig, {"target": "reasons"}, "verifier")

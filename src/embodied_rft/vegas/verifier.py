@@ -8,10 +8,10 @@ written by ``synth``; their ``messages`` are SFT chat records). Outputs, written
 scores), ``plots_path`` (the loss curve).
 
 Training is :func:`embodied_rft.train.sft.trainer.run_sft` unchanged: TRL's ``SFTTrainer`` with the loss on the
-assistant turn only (the chain of thought and the verdict), resumable from its checkpoints. Held-out metrics on
-the validation records (episodes never trained on): balanced accuracy of the greedy verdict (none written
-counts as ``no``), AUROC of P(yes) from the verdict token's probabilities (``vegas/score.py``), and the share of
-verifications that end with a verdict line.
+assistant turn only (the chain of thought and the verdict; with ``verifier.target: verdict`` the verdict line alone),
+resumable from its checkpoints. Held-out metrics on the validation records (episodes never trained on): balanced
+accuracy of the greedy verdict (none written counts as ``no``), AUROC of P(yes) from the verdict token's
+probabilities (``vegas/score.py``), and the share of verifications that end with a verdict line.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from ..core.metrics import write_metrics
 from ..data.jsonl import DataError, iter_jsonl
 from ..train.sft.trainer import run_sft
 from .score import Verifier, auroc, balanced_accuracy
+from .templates import VERDICT_KEY
 from .verifier_config import VerifierConfig
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,26 @@ def read_records(path: str | Path, limit: int = 0, seed: int = 0) -> list[dict]:
         keep = sorted(random.Random(seed).sample(range(len(recs)), limit))
         recs = [recs[i] for i in keep]
     return recs
+
+
+def verdict_only(src: str | Path, dst: str | Path) -> int:
+    """Copy the records of ``src`` to ``dst`` (atomically) with each assistant turn cut to its verdict line
+    (``verifier.target: verdict``); the number of records. A record without a verdict line is a DataError naming it."""
+    src = Path(src)
+    n = 0
+    with atomic_open(dst) as fh:
+        for line_no, rec in iter_jsonl(src):
+            msgs = rec.get("messages")
+            last = msgs[-1] if isinstance(msgs, list) and msgs else {}
+            lines = [x for x in str(last.get("content", "")).splitlines() if x.startswith(f"{VERDICT_KEY}:")]
+            if last.get("role") != "assistant" or len(lines) != 1:
+                raise DataError(
+                    f"{src}:{line_no}: field 'messages' must end with an assistant turn holding one verdict line"
+                )
+            rec["messages"] = [*msgs[:-1], {**last, "content": lines[0]}]
+            fh.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")
+            n += 1
+    return n
 
 
 def heldout_scores(verifier: Verifier, records: Sequence[dict]) -> dict[str, Any]:
@@ -140,6 +161,10 @@ def run_verifier(
                 fh.write(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n")
         train, n_train = mixed, n_train + len(extra)
         log.info("verifier: %d on-policy records added (%s)", len(extra), policy_counts)
+    if cfg.target == "verdict":
+        cut = work_dir / "train_verdict.jsonl"
+        verdict_only(train, cut)
+        train = cut
 
     def hook(model: Any, tok: Any) -> dict:
         v = Verifier(model, tok, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.eval_batch_size)
@@ -180,4 +205,4 @@ def run_verifier(
     return metrics
 
 
-__all__ = ["VERIFIER_HEADLINE", "PolicySource", "heldout_scores", "read_records", "run_verifier"]
+__all__ = ["VERIFIER_HEADLINE", "PolicySource", "heldout_scores", "read_records", "run_verifier", "verdict_only"]

@@ -50,6 +50,9 @@ class VerifierConfig:
     # where the verifier starts: random (the policy's untrained base: random weights, the policy's tokenizer;
     # the paper's "same base model as the policy") | sft (the SFT policy's weights)
     init: Literal["random", "sft"] = "random"
+    # what the verifier learns to write: cot = the chain of thought and the verdict line (the paper) | verdict = the
+    # verdict line alone (every record's assistant turn cut to it), so the loss is not spread over templated sentences
+    target: Literal["cot", "verdict"] = "cot"
     # the verifier's supervised fine-tuning (the project's SFT: TRL SFTTrainer, loss on the verification only)
     sft: SFTConfig = field(default_factory=SFTConfig)
     # on-policy verification records added to the synthesised ones (episodes: 0 = none, the paper's data)
