@@ -160,5 +160,10 @@ def test_verdict_target_names_a_record_without_a_verdict_line(tmp_path):
     with pytest.raises(DataError, match=r"t.jsonl:1: field 'messages' must end with an assistant turn holding one"):
         verdict_only(tmp_path / "t.jsonl", tmp_path / "out.jsonl")
     assert not (tmp_path / "out.jsonl").exists()
+    # a verdict line that contradicts the record's label is refused too (it would train the opposite answer)
+    rec["messages"][-1]["content"] = "Looks wrong.\naction_is_correct: no"
+    (tmp_path / "t.jsonl").write_text(json.dumps(rec) + "\n")
+    with pytest.raises(DataError, match=r"t.jsonl:1: .* the record's 'verdict' \('yes'\)"):
+        verdict_only(tmp_path / "t.jsonl", tmp_path / "out.jsonl")
     with pytest.raises(ValueError, match=r"verifier.target: 'reasons' is not one of \['cot', 'verdict'\]"):
         build(VerifierConfig, {"target": "reasons"}, "verifier")

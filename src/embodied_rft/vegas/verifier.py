@@ -30,7 +30,7 @@ from ..core.metrics import write_metrics
 from ..data.jsonl import DataError, iter_jsonl
 from ..train.sft.trainer import run_sft
 from .score import Verifier, auroc, balanced_accuracy
-from .templates import VERDICT_KEY
+from .text import parse_verdict, with_verdict
 from .verifier_config import VerifierConfig
 
 log = logging.getLogger(__name__)
@@ -75,19 +75,21 @@ def read_records(path: str | Path, limit: int = 0, seed: int = 0) -> list[dict]:
 
 def verdict_only(src: str | Path, dst: str | Path) -> int:
     """Copy the records of ``src`` to ``dst`` (atomically) with each assistant turn cut to its verdict line
-    (``verifier.target: verdict``); the number of records. A record without a verdict line is a DataError naming it."""
+    (``verifier.target: verdict``); the number of records. A record whose assistant turn states no verdict, or one
+    other than its ``verdict`` field, is a DataError naming it."""
     src = Path(src)
     n = 0
     with atomic_open(dst) as fh:
         for line_no, rec in iter_jsonl(src):
             msgs = rec.get("messages")
             last = msgs[-1] if isinstance(msgs, list) and msgs else {}
-            lines = [x for x in str(last.get("content", "")).splitlines() if x.startswith(f"{VERDICT_KEY}:")]
-            if last.get("role") != "assistant" or len(lines) != 1:
+            verdict = parse_verdict(last.get("content"))
+            if last.get("role") != "assistant" or verdict is None or verdict != rec.get("verdict"):
                 raise DataError(
-                    f"{src}:{line_no}: field 'messages' must end with an assistant turn holding one verdict line"
+                    f"{src}:{line_no}: field 'messages' must end with an assistant turn holding one verdict line, "
+                    f"the record's 'verdict' ({rec.get('verdict')!r})"
                 )
-            rec["messages"] = [*msgs[:-1], {**last, "content": lines[0]}]
+            rec["messages"] = [*msgs[:-1], {**last, "content": with_verdict("", verdict)}]
             fh.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n")
             n += 1
     return n
