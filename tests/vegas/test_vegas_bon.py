@@ -75,23 +75,24 @@ def test_a_killed_run_resumes_without_replaying_finished_episodes(tmp_path, gen)
     assert len(ResultStore(path, "other")) == 0
 
 
+def _small_cfg(**kw) -> BonConfig:
+    """Two candidates per call, short verifications, episodes cut after 3 calls or 2 invalid actions."""
+    gen = GenerationConfig(backend="fast", max_new_tokens=300, batch_size=8, device="cpu")
+    return BonConfig(n=2, verifier_max_new_tokens=6, generation=gen, max_invalid_actions=2, max_planner_calls=3, **kw)
+
+
 def test_run_bon_writes_metrics_report_and_plot_and_resumes(tmp_path, monkeypatch):
     # the fitted tiny model writes whole plans (episode 0's), so candidates have first actions to verify
     fitted = tc.fitted_model()
     models = {"policy": fitted, "sft": fitted, "verifier": tc.text_model()}
-    cfg = BonConfig(
+    cfg = _small_cfg(
         selectors=("greedy", "sc", "bon_zs", "bon_ft", "bon_oracle"),
         max_episodes=3,
         max_episodes_by_selector={"bon_ft": 2},
-        n=2,
         m=1,
         coverage_k=(1, 2, 4),
-        verifier_max_new_tokens=6,
         live_max=5,
-        generation=GenerationConfig(backend="fast", max_new_tokens=300, batch_size=8, device="cpu"),
         episodes_per_task=3,
-        max_invalid_actions=2,
-        max_planner_calls=3,
     )
     ep_file = tmp_path / "valid_seen.jsonl"
     ep_file.write_text("".join(json.dumps(e) + "\n" for e in _eps(6)))
@@ -130,3 +131,34 @@ def test_run_bon_writes_metrics_report_and_plot_and_resumes(tmp_path, monkeypatc
         m3 = run_bon(only, models, [ep_file], out / "b3.json", out / "b3.md", out / "b3.svg", tmp_path / "w3", **kw)
     assert set(m3["selectors"]) == {"greedy"} and set(m3["live_auroc"]) == {"bon_ft"}
     assert m3["live_auroc"]["bon_ft"] == m["live_auroc"]["bon_ft"]
+
+
+def test_prob_score_and_replan_trigger_run_end_to_end_and_are_reported(tmp_path):
+    # bon.score=prob with bon.trigger=replan through run_bon: each episode's first call answered by one greedy
+    # sample, every later call by n samples and one P(yes) per distinct first action; the default settings' store
+    # is not resumed for them (the fingerprint names both)
+    fitted = tc.fitted_model()
+    models = {"policy": fitted, "sft": fitted, "verifier": tc.text_model()}
+    cfg = _small_cfg(selectors=("greedy", "bon_ft"), max_episodes=2, m=2, coverage_k=(1, 2), episodes_per_task=2)
+    ep_file = tmp_path / "valid_seen.jsonl"
+    ep_file.write_text("".join(json.dumps(e) + "\n" for e in _eps(4)))
+    out, work = tmp_path / "out", tmp_path / "work"
+
+    def stored() -> list[dict]:
+        return [json.loads(x) for x in (work / "bon_ft" / "episodes.jsonl").read_text().splitlines()]
+
+    with tc.one_thread():
+        run_bon(cfg, models, [ep_file], out / "a.json", out / "a.md", out / "a.svg", work, prompt_cfg=PROMPT)
+        paper = stored()
+        new = dataclasses.replace(cfg, score="prob", trigger="replan")
+        run_bon(new, models, [ep_file], out / "b.json", out / "b.md", out / "b.svg", work, prompt_cfg=PROMPT)
+        ours = stored()
+    assert len(paper) == len(ours) == 2
+    for r in paper:  # the paper's: n samples on every call, m sampled verdicts per verified first action
+        assert r["policy_samples"] == 2 * r["planner_calls"] and r["verifications"] % 2 == 0
+    for r in ours:
+        assert r["policy_samples"] == 1 + 2 * (r["planner_calls"] - 1)
+        assert r["verifications"] <= 2 * (r["planner_calls"] - 1)  # <= n first actions, one P(yes) each
+    report = (out / "b.md").read_text()
+    assert "scored by the verifier's P(yes)" in report and "replanning calls only" in report
+    assert "M = 2 verifications" in (out / "a.md").read_text()

@@ -53,6 +53,8 @@ from embodied_rft.vegas.verifier_config import VerifierConfig
             r"synth.find_sentence: 'oracle' is not one of \['exec', 'relevance'\]",
         ),
         (SynthConfig, "synth", {"verdict": "middle"}, r"synth.verdict: 'middle' is not one of \['last', 'first'\]"),
+        (BonConfig, "bon", {"score": "mean"}, r"bon.score: 'mean' is not one of \['sample', 'prob'\]"),
+        (BonConfig, "bon", {"trigger": "failure"}, r"bon.trigger: 'failure' is not one of \['always', 'replan'\]"),
         (
             VerifierConfig,
             "verifier",

@@ -4,6 +4,7 @@ single-action unit, the cost counts and the live records of the greedy run."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -63,6 +64,26 @@ class FakeVerifier:
         return out
 
 
+class FakeProbVerifier(FakeVerifier):
+    """P(yes) by the candidate action's name (``score: prob``); sampling verdicts is an error."""
+
+    def __init__(self, p: dict[str, float]) -> None:
+        super().__init__({})
+        self.p = p
+
+    def verdicts(self, prompts, m, temperature, seed=0):  # pragma: no cover - must not be called
+        raise AssertionError("score: prob reads P(yes), it does not sample verdicts")
+
+    def p_yes(self, prompts):
+        out = []
+        for p in prompts:
+            text = p[-1]["content"]
+            self.prompts.append(text)
+            name = text.rsplit("Candidate action: ", 1)[1].split("\n", 1)[0].split(" ", 1)[1]
+            out.append((self.p[name], "yes" if self.p[name] >= 0.5 else "no", ""))
+        return out
+
+
 def _cand(i: int, first: int | None, lp: float | None) -> Candidate:
     return Candidate(i, "", "ok" if first is not None else "unparseable", (first,) if first else (), lp, "", 1)
 
@@ -103,6 +124,47 @@ def test_trained_verifier_scores_each_first_action_once_and_the_best_is_executed
     assert gen.calls == [{"n": 4, "temperature": 0.7, "prompts": 1}]
     assert pol.pop_stats(ep["episode_id"])["verifications"] == 4
     assert pol.pop_stats(ep["episode_id"]) == {"bon_calls": 0, "policy_samples": 0, "verifications": 0, "seconds": 0.0}
+
+
+def test_prob_score_ranks_first_actions_by_p_yes_with_one_verification_each():
+    # P(yes) 0.30 vs 0.25: both below 0.5 (m = 3 sampled verdicts would often tie at 0 and fall back to the
+    # policy's log-prob, which prefers the Fridge); the P(yes) score separates them
+    cands = [(_text("find a Fridge"), -1.0), (_text("find a Mug"), -3.0), (_text("find a Mug", why="again"), -4.0)]
+    run, gen, cfg, ep = _setup(cands, "bon_ft", m=3, score="prob")
+    ver = FakeProbVerifier({"find a Fridge": 0.25, "find a Mug": 0.30})
+    pol = BonPolicy("bon_ft", gen, cfg, verifier=ver)
+    (resp,) = pol.plan([run.messages()], None, [run.context()])
+    assert read_plan(resp, len(SPACE)) == ("ok", [SPACE.id("find a Mug")])
+    assert len(ver.prompts) == 2 and pol.pop_stats(ep["episode_id"])["verifications"] == 2
+    ver.p["find a Fridge"] = 0.31  # the other way round
+    (resp,) = pol.plan([run.messages()], None, [run.context()])
+    assert read_plan(resp, len(SPACE)) == ("ok", [SPACE.id("find a Fridge")])
+
+
+def test_replan_trigger_answers_the_first_call_greedily_and_selects_afterwards():
+    cands = [(_text("find a Fridge"), -1.0), (_text("find a Mug"), -3.0)]
+    run, gen, cfg, ep = _setup(cands, "bon_ft", score="prob", trigger="replan")
+    ver = FakeProbVerifier({"find a Fridge": 0.1, "find a Mug": 0.9})
+    pol = BonPolicy("bon_ft", gen, cfg, verifier=ver)
+    first = run.context()
+    assert first.call_index == 0
+    later = dataclasses.replace(first, call_index=1)
+    # one batch holding an episode's first call and another's replanning call: greedy's answer, then the verifier's
+    resp = pol.plan([run.messages(), run.messages()], None, [first, later])
+    assert [read_plan(r, len(SPACE))[1] for r in resp] == [[SPACE.id("find a Fridge")], [SPACE.id("find a Mug")]]
+    assert {"n": 1, "temperature": 0.0, "prompts": 1} in gen.calls and {
+        "n": 2,
+        "temperature": 0.7,
+        "prompts": 1,
+    } in gen.calls
+    assert len(ver.prompts) == 2  # only the replanning call's two first actions were verified
+    st = pol.pop_stats(ep["episode_id"])
+    assert (st["bon_calls"], st["policy_samples"], st["verifications"]) == (2, 1 + 2, 2)
+    assert pol.last_completion_tokens == [5, 5]
+    # `always` (the paper) selects on the first call too
+    run, gen, cfg, _ = _setup(cands, "bon_ft", score="prob")
+    (resp,) = BonPolicy("bon_ft", gen, cfg, verifier=ver).plan([run.messages()], None, [run.context()])
+    assert read_plan(resp, len(SPACE))[1] == [SPACE.id("find a Mug")]
 
 
 def test_no_verdict_counts_as_no():

@@ -204,6 +204,10 @@ def run_bon(
                 verifiers.setdefault(sel, _verifier(sel, cfg, models, gen))
                 fp.update(verifier=_verifier_id(sel, cfg, models), m=cfg.m, vt=cfg.verifier_temperature)
                 fp["verifier_max_new_tokens"] = cfg.verifier_max_new_tokens
+                if cfg.score != "sample":  # (non-defaults only: earlier runs' fingerprints still resume)
+                    fp["score"] = cfg.score
+            if cfg.trigger != "always" and sel != "greedy":
+                fp["trigger"] = cfg.trigger
             store = ResultStore(work_dir / sel / "episodes.jsonl", fingerprint(fp), resume=cfg.resume)
             policy = BonPolicy(sel, gen, cfg, verifier=verifiers.get(sel), live=sel == "greedy")
             log.info("bon %s: %d episodes", sel, len(eps))

@@ -41,6 +41,13 @@ class BonConfig:
     # verifications per distinct candidate first action, sampled from the verifier (paper: 5)
     m: int = 5
     verifier_temperature: float = 0.7
+    # a first action's score: sample (the paper's: the mean verdict of its m sampled verifications) | prob (the
+    # verifier's P(yes) itself, docs/vegas.md §5: what that mean estimates, without its sampling noise; one greedy
+    # verification per first action, m and verifier_temperature unused)
+    score: Literal["sample", "prob"] = "sample"
+    # which planner calls select among candidates: always (the paper) | replan (an episode's first call is answered
+    # greedily, EB's one-shot plan; Best-of-N selects on the replanning calls after it, docs/vegas.md §5)
+    trigger: Literal["always", "replan"] = "always"
     # new-token cap of one verification (chain of thought + verdict)
     verifier_max_new_tokens: int = 128
     # the verifiers' generation backend: fast (Qwen2 / Llama text models) | hf (any, e.g. a vision-language model)

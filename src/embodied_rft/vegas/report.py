@@ -38,13 +38,23 @@ def _pair(p: Mapping | None) -> str:
 
 def render_markdown(m: Mapping[str, Any]) -> str:
     cfg = m.get("config", {})
+    prob = cfg.get("score") == "prob"
+    scored = (
+        "each distinct first action scored by the verifier's P(yes)"
+        if prob
+        else f"M = {cfg.get('m')} verifications per distinct first action"
+    ) + (
+        ", selecting on replanning calls only (each episode's first call greedy)"
+        if cfg.get("trigger") == "replan"
+        else ""
+    )
     lines = [
         f"# Best-of-N action selection ({m['label']})",
         "",
         f"**Success rate (%) in the symbolic EB-ALFRED simulator — a {m['label']}.** {m['episodes']} held-out "
         f"episodes ({', '.join(f'{k}: {v}' for k, v in m['per_split'].items())}), EB's rules; policy "
-        f"`{cfg.get('policy')}`, N = {cfg.get('n')} candidates at T = {cfg.get('temperature')}, M = {cfg.get('m')} "
-        f"verifications per distinct first action, unit `{cfg.get('unit')}`. Gaps are against greedy on the same "
+        f"`{cfg.get('policy')}`, N = {cfg.get('n')} candidates at T = {cfg.get('temperature')}, {scored}, "
+        f"unit `{cfg.get('unit')}`. Gaps are against greedy on the same "
         "episodes: points (episodes solved only by greedy vs only by the selector, exact McNemar p).",
         "",
         "| selector | episodes | success | vs greedy | long-horizon | vs greedy (long) | model calls / planner call | "
@@ -92,9 +102,15 @@ def render_markdown(m: Mapping[str, Any]) -> str:
         "",
         "## Notes",
         "",
-        "- **scores**: a verification's verdict is `yes` = 1, `no` or none written = 0; a first action's score is the "
-        "mean of its M verifications; the oracle scores correct 1, neutral 0.5, wrong 0; ties go to the candidate "
-        "with the highest policy log-prob (docs/vegas.md §5).",
+        (
+            "- **scores**: a first action's score is the verifier's P(yes) after `action_is_correct:` (`bon.score: "
+            "prob`)"
+            if prob
+            else "- **scores**: a verification's verdict is `yes` = 1, `no` or none written = 0; a first action's "
+            "score is the mean of its M verifications"
+        )
+        + "; the oracle scores correct 1, neutral 0.5, wrong 0; ties go to the candidate with the highest policy "
+        "log-prob (docs/vegas.md §5).",
         "- **cost**: model calls = sampled policy answers + verifications, per planner call; wall seconds are the "
         "selector's own (the greedy run's extra coverage samples are timed apart).",
     ]

@@ -11,8 +11,9 @@ Per planner call the policy samples candidates through its generation backend (`
 - ``sc``: self-consistency, the first action most candidates start with;
 - ``bon_zs``, ``bon_zs_smollm2``, ``bon_ft``: each distinct first action among the readable candidates is verified
   ``m`` times by a verifier (sampled at ``verifier_temperature``; ``yes`` = 1, ``no`` or no verdict = 0); its score
-  is the mean. Candidates with the same first action share those verifications (the prompt shows the reasoning
-  of the most likely of them);
+  is the mean. With ``score: prob`` it is instead the verifier's P(yes) (``Verifier.p_yes``, one greedy
+  verification): the value the mean of m draws estimates. Candidates with the same first action share those
+  verifications (the prompt shows the reasoning of the most likely of them);
 - ``bon_oracle``: the world oracle's label of the first action (correct 1, neutral 0.5, wrong 0): the ceiling
   of what any verifier can pick from this candidate set.
 
@@ -20,7 +21,8 @@ Per planner call the policy samples candidates through its generation backend (`
 one with the highest policy log-prob (the sampler's summed token log-probs; the earliest sample when the backend
 reports none). Unreadable candidates are chosen only when nothing else is left (then the call is a parse
 failure, EB's rule). ``unit: first`` executes the chosen candidate's whole plan, as EB does; ``unit: single``
-executes only its first action, so the policy replans after every step.
+executes only its first action, so the policy replans after every step. ``trigger: replan`` (not the paper's)
+answers an episode's first planner call greedily and selects only on the replanning calls that follow.
 
 Per episode the policy counts its planner calls, policy samples, verifications and seconds (:meth:`pop_stats`,
 stored with the episode's result; the live candidates' sampling is timed apart). With ``live=True`` (the greedy run) it also samples N candidates at each call
@@ -125,6 +127,7 @@ class BonPolicy:
         self.last_completion_tokens: list[int] | None = None
         self._oracles: dict[str, WorldOracle] = {}
         self._stats: dict[str, dict] = {}
+        self._greedy: BonPolicy | None = None  # answers the first calls under `trigger: replan`
 
     def _oracle(self, ep: dict) -> WorldOracle:
         o = self._oracles.get(ep["episode_id"])
@@ -145,6 +148,37 @@ class BonPolicy:
     ) -> list[str]:
         if contexts is None or len(contexts) != len(messages_batch):
             raise ValueError("BonPolicy needs one PlanContext per prompt")
+        if self.cfg.trigger == "always" or self.selector == "greedy":
+            return self._plan(messages_batch, images, contexts)
+        first = [i for i, ctx in enumerate(contexts) if ctx.call_index == 0]
+        if not first:
+            return self._plan(messages_batch, images, contexts)
+        # trigger `replan`: an episode's first planner call is answered greedily (EB's one-shot plan), the
+        # replanning calls by the selector
+        if self._greedy is None:
+            self._greedy = BonPolicy("greedy", self.gen, self.cfg)
+        rest = [i for i in range(len(contexts)) if contexts[i].call_index != 0]
+        responses: list[str] = [""] * len(contexts)
+        tokens: list[int] = [0] * len(contexts)
+        for idx, pol in ((first, self._greedy), (rest, self)):
+            if not idx:
+                continue
+            sub_images = None if images is None else [images[i] for i in idx]
+            call = pol._plan if pol is self else pol.plan
+            outs = call([messages_batch[i] for i in idx], sub_images, [contexts[i] for i in idx])
+            for i, r, t in zip(idx, outs, pol.last_completion_tokens or [0] * len(idx), strict=True):
+                responses[i], tokens[i] = r, t
+        for i in first:  # the greedy calls count in this selector's cost columns
+            eid = contexts[i].episode["episode_id"]
+            st = self._stats.setdefault(eid, {"bon_calls": 0, "policy_samples": 0, "verifications": 0, "seconds": 0.0})
+            for k, v in self._greedy.pop_stats(eid).items():
+                st[k] = round(st[k] + v, 4) if k == "seconds" else st[k] + v
+        self.last_completion_tokens = tokens
+        return responses
+
+    def _plan(
+        self, messages_batch: Sequence[list[dict]], images: Sequence[Any] | None, contexts: Sequence[Any]
+    ) -> list[str]:
         t0 = time.perf_counter()
         cfg, sel = self.cfg, self.selector
         seed = cfg.seed * 100_003 + self.rounds
@@ -211,9 +245,14 @@ class BonPolicy:
                     verification_messages(ctx.episode["instruction"], history, obs, c.reasoning, a, ctx.space.name(a))
                 )
                 owners.append((i, a))
-        verdicts = self.verifier.verdicts(prompts, self.cfg.m, self.cfg.verifier_temperature, seed=seed)
         scores: list[dict[int, float]] = [{} for _ in contexts]
         counts = [0] * len(contexts)
+        if self.cfg.score == "prob":
+            for (i, a), (p, _, _) in zip(owners, self.verifier.p_yes(prompts), strict=True):
+                scores[i][a] = p
+                counts[i] += 1
+            return scores, counts
+        verdicts = self.verifier.verdicts(prompts, self.cfg.m, self.cfg.verifier_temperature, seed=seed)
         for (i, a), vs in zip(owners, verdicts, strict=True):
             scores[i][a] = sum(v == "yes" for v in vs) / len(vs)
             counts[i] += len(vs)
