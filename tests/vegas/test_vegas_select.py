@@ -54,14 +54,14 @@ class FakeVerifier:
         self.verdicts_by_name = verdicts
         self.prompts: list[str] = []
 
+    def _name(self, prompt: list[dict]) -> str:
+        """The candidate action's name in a verification prompt (which is recorded)."""
+        text = prompt[-1]["content"]
+        self.prompts.append(text)
+        return text.rsplit("Candidate action: ", 1)[1].split("\n", 1)[0].split(" ", 1)[1]
+
     def verdicts(self, prompts, m, temperature, seed=0):
-        out = []
-        for p in prompts:
-            text = p[-1]["content"]
-            self.prompts.append(text)
-            name = text.rsplit("Candidate action: ", 1)[1].split("\n", 1)[0].split(" ", 1)[1]
-            out.append(self.verdicts_by_name[name][:m])
-        return out
+        return [self.verdicts_by_name[self._name(p)][:m] for p in prompts]
 
 
 class FakeProbVerifier(FakeVerifier):
@@ -75,13 +75,8 @@ class FakeProbVerifier(FakeVerifier):
         raise AssertionError("score: prob reads P(yes), it does not sample verdicts")
 
     def p_yes(self, prompts):
-        out = []
-        for p in prompts:
-            text = p[-1]["content"]
-            self.prompts.append(text)
-            name = text.rsplit("Candidate action: ", 1)[1].split("\n", 1)[0].split(" ", 1)[1]
-            out.append((self.p[name], "yes" if self.p[name] >= 0.5 else "no", ""))
-        return out
+        ps = [self.p[self._name(p)] for p in prompts]
+        return [(p, "yes" if p >= 0.5 else "no", "") for p in ps]
 
 
 def _cand(i: int, first: int | None, lp: float | None) -> Candidate:

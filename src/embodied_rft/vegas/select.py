@@ -127,7 +127,6 @@ class BonPolicy:
         self.last_completion_tokens: list[int] | None = None
         self._oracles: dict[str, WorldOracle] = {}
         self._stats: dict[str, dict] = {}
-        self._greedy: BonPolicy | None = None  # answers the first calls under `trigger: replan`
 
     def _oracle(self, ep: dict) -> WorldOracle:
         o = self._oracles.get(ep["episode_id"])
@@ -149,40 +148,29 @@ class BonPolicy:
         if contexts is None or len(contexts) != len(messages_batch):
             raise ValueError("BonPolicy needs one PlanContext per prompt")
         if self.cfg.trigger == "always" or self.selector == "greedy":
-            return self._plan(messages_batch, images, contexts)
-        first = [i for i, ctx in enumerate(contexts) if ctx.call_index == 0]
-        if not first:
-            return self._plan(messages_batch, images, contexts)
+            return self._plan(messages_batch, images, contexts, self.selector)
         # trigger `replan`: an episode's first planner call is answered greedily (EB's one-shot plan), the
-        # replanning calls by the selector
-        if self._greedy is None:
-            self._greedy = BonPolicy("greedy", self.gen, self.cfg)
-        rest = [i for i in range(len(contexts)) if contexts[i].call_index != 0]
+        # replanning calls by the selector; both count in this selector's cost columns
         responses: list[str] = [""] * len(contexts)
         tokens: list[int] = [0] * len(contexts)
-        for idx, pol in ((first, self._greedy), (rest, self)):
-            if not idx:
-                continue
-            sub_images = None if images is None else [images[i] for i in idx]
-            call = pol._plan if pol is self else pol.plan
-            outs = call([messages_batch[i] for i in idx], sub_images, [contexts[i] for i in idx])
-            for i, r, t in zip(idx, outs, pol.last_completion_tokens or [0] * len(idx), strict=True):
-                responses[i], tokens[i] = r, t
-        for i in first:  # the greedy calls count in this selector's cost columns
-            eid = contexts[i].episode["episode_id"]
-            st = self._stats.setdefault(eid, {"bon_calls": 0, "policy_samples": 0, "verifications": 0, "seconds": 0.0})
-            for k, v in self._greedy.pop_stats(eid).items():
-                st[k] = round(st[k] + v, 4) if k == "seconds" else st[k] + v
+        for sel in ("greedy", self.selector):
+            idx = [i for i, ctx in enumerate(contexts) if (ctx.call_index == 0) == (sel == "greedy")]
+            if idx:
+                sub_images = None if images is None else [images[i] for i in idx]
+                outs = self._plan([messages_batch[i] for i in idx], sub_images, [contexts[i] for i in idx], sel)
+                for i, r, t in zip(idx, outs, self.last_completion_tokens, strict=True):
+                    responses[i], tokens[i] = r, t
         self.last_completion_tokens = tokens
         return responses
 
     def _plan(
-        self, messages_batch: Sequence[list[dict]], images: Sequence[Any] | None, contexts: Sequence[Any]
+        self, messages_batch: Sequence[list[dict]], images: Sequence[Any] | None, contexts: Sequence[Any], sel: str
     ) -> list[str]:
+        """One batch answered by selector ``sel`` (this policy's, or greedy for the replan trigger's first calls)."""
         t0 = time.perf_counter()
-        cfg, sel = self.cfg, self.selector
+        cfg = self.cfg
         seed = cfg.seed * 100_003 + self.rounds
-        self.rounds += 1
+        self.rounds += sel == self.selector  # the trigger's greedy calls draw nothing: the selector's seeds stay put
         n = 1 if sel in ("greedy", "sample") else cfg.n
         temp = 0.0 if sel == "greedy" else cfg.temperature
         outs = self.gen.complete(list(messages_batch), images, n=n, temperature=temp, top_p=cfg.top_p, seed=seed)
