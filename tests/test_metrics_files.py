@@ -63,7 +63,8 @@ def test_dvc_metrics_show_is_a_short_table():
     )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    # a header and one row per metrics file (a VeGAS file that `make bon` has not written yet: a row of "-")
+    # a header and one row per metrics file (a VeGAS file that `make bon` has not written yet: a row of "-"); the
+    # width bounds every stage's headline: a wide one (all selectors' figures, say) belongs in its details file
     assert len(lines) == 1 + len(_metric_files()) and max(map(len, lines)) < 2500
 
 

@@ -110,6 +110,8 @@ def test_run_bon_writes_metrics_report_and_plot_and_resumes(tmp_path, monkeypatc
     assert set(m["live_auroc"]) == {"bon_zs", "bon_ft"} and m["live_auroc"]["bon_ft"]["items"] <= 5
     head = json.loads((out / "bon.json").read_text())
     assert set(head) <= set(BON_HEADLINE) and "episode_success" not in head
+    assert set(head["selectors"]) == {"greedy", "bon_ft"}  # this run has no `sample`: skipped
+    assert head["paired_vs_greedy"]["bon_ft"] == {k: m["paired_vs_greedy"]["bon_ft"][k] for k in ("gap", "p_mcnemar")}
     report = (out / "bon.md").read_text()
     assert "symbolic-simulator proxy" in report and "BoN, trained verifier" in report
     assert (out / "bon.svg").read_text().lstrip().startswith("<?xml")

@@ -107,3 +107,22 @@ def test_seed_summary_pools_the_discordant_episodes():
     assert s["checks"]["bon_ft_gain_5pts_p05"] == (p["p_mcnemar"] < 0.05)
     assert s["success"]["bon_ft"]["mean"] == 50.0 and s["live_auroc"]["bon_ft"] == [0.9, 0.9, 0.9]
     assert "| bon_ft | 50.0, 50.0, 50.0 | 50.0 |" in render(s)
+
+
+def test_seed_summary_pairs_each_verifier_with_one_sample_on_the_same_episodes():
+    def rec(sample: list[bool], ft: list[bool]) -> dict:
+        ids = [f"e{i}" for i in range(len(sample))]
+        return {
+            **_record(0, 0, episodes=len(ids)),
+            # bon_ft ran on one more episode than sample: only the common ones pair
+            "episode_success": {"sample": dict(zip(ids, sample)), "bon_ft": {**dict(zip(ids, ft)), "extra": True}},
+        }
+
+    s = summarise({0: rec([1, 0, 0, 1], [1, 1, 1, 0]), 1: rec([0, 0, 1, 1], [0, 1, 0, 1])})
+    p = s["paired_vs_sample"]["bon_ft"]
+    # seed 0: only sample 1, only bon_ft 2; seed 1: 1 and 1
+    assert (p["only_sample"], p["only_selector"], p["episodes"], p["gap_per_seed"]) == (2, 3, 8, [25.0, 0.0])
+    assert p["p_mcnemar"] == round(mcnemar_exact(2, 3), 6) and p["gap_pooled"] == 12.5
+    assert "| bon_ft | +25.0, +0.0 | 2 | 3 | +12.5 | 1 |" in render(s)
+    # a seed without the sample selector: no comparison rather than a partial pool
+    assert "bon_ft" not in summarise({0: rec([1], [0]), 1: _record(0, 0)})["paired_vs_sample"]

@@ -9,7 +9,9 @@ against greedy pooled over the seeds (the issue's headline: docs/vegas.md §7).
 so its finished runs are reused). Then it reads each ``metrics/bon.details.json`` and writes
 ``metrics/bon_seeds.json`` and ``reports/bon_seeds.md``: per selector, success per seed and mean; against greedy, the
 gap per seed, the episodes only one of the two solved pooled over the seeds, and the exact McNemar p-value of those
-counts, overall and on the long-horizon subset; coverage and the verifiers' live AUROC per seed; and the issue's
+counts, overall and on the long-horizon subset; each verifier selector against ``sample`` (one draw at T, no verifier)
+on the same episodes, the same way — whether the verifier's choice beats chance's, not only greedy's; coverage and the
+verifiers' live AUROC per seed; and the issue's
 checks (``bon_ft`` − greedy ≥ +5 points pooled with p < 0.05 and positive on at least 2 of 3 seeds; ``bon_oracle``
 and coverage@4 ≥ greedy + 10 points). A symbolic-simulator proxy throughout.
 """
@@ -43,18 +45,31 @@ def run_seed(seed: int, root: Path, overrides: list[str], policy: str) -> None:
         ran = _run_stage(seed, stage, common, metrics / f"{stage}.json", root / "logs" / stage, ran) or ran
 
 
-def _pool(per_seed: list[dict]) -> dict[str, Any]:
+def _pool(per_seed: list[dict], base: str = "greedy") -> dict[str, Any]:
     only_a, only_b = sum(c["only_a"] for c in per_seed), sum(c["only_b"] for c in per_seed)
     episodes = sum(c["episodes"] for c in per_seed)
     return {
         "gap_per_seed": [c["gap"] for c in per_seed],
         "episodes": episodes,
-        "only_greedy": only_a,
+        f"only_{base}": only_a,
         "only_selector": only_b,
         "gap_pooled": round(100.0 * (only_b - only_a) / episodes, 2) if episodes else 0.0,
         "p_mcnemar": round(mcnemar_exact(only_a, only_b), 6),
         "positive_seeds": sum(c["gap"] > 0 for c in per_seed),
     }
+
+
+def _vs_sample(record: dict, sel: str) -> dict[str, int | float] | None:
+    """One seed's paired counts of ``sel`` against ``sample`` from ``episode_success`` (None unless both ran)."""
+    es = record.get("episode_success") or {}
+    a, b = es.get("sample"), es.get(sel)
+    if not a or not b:
+        return None
+    common = sorted(set(a) & set(b))
+    only_a = sum(a[e] and not b[e] for e in common)
+    only_b = sum(b[e] and not a[e] for e in common)
+    gap = round(100.0 * (only_b - only_a) / len(common), 2) if common else 0.0
+    return {"episodes": len(common), "only_a": only_a, "only_b": only_b, "gap": gap}
 
 
 def summarise(records: dict[int, dict]) -> dict[str, Any]:
@@ -81,6 +96,12 @@ def summarise(records: dict[int, dict]) -> dict[str, Any]:
         cl = [records[s].get("paired_vs_greedy_long_horizon", {}).get(sel) for s in seeds]
         if all(cl):
             paired_long[sel] = _pool(cl)
+    paired_sample = {}
+    for sel in selectors:
+        if sel.startswith("bon_"):
+            cs = [_vs_sample(records[s], sel) for s in seeds]
+            if all(cs):
+                paired_sample[sel] = _pool(cs, base="sample")
     cov = {s: records[s].get("coverage") or {} for s in seeds}
     auroc = {sel: [records[s].get("live_auroc", {}).get(sel, {}).get("auroc") for s in seeds] for sel in selectors}
     checks: dict[str, Any] = {}
@@ -99,6 +120,7 @@ def summarise(records: dict[int, dict]) -> dict[str, Any]:
         "success": success,
         "paired_vs_greedy": paired,
         "paired_vs_greedy_long_horizon": paired_long,
+        "paired_vs_sample": paired_sample,
         "coverage": {str(s): c for s, c in cov.items()},
         "live_auroc": {k: v for k, v in auroc.items() if any(x is not None for x in v)},
         "checks": checks,
@@ -129,6 +151,19 @@ def render(summary: dict[str, Any]) -> str:
             )
         mean = "–" if s["mean"] is None else f"{s['mean']:.1f}"
         lines.append(f"| {sel} | {fmt(s['per_seed'])} | {mean} {tail}")
+    if summary.get("paired_vs_sample"):
+        lines += [
+            "",
+            "Each verifier selector against `sample` (one draw at T, no verifier) on the same episodes:",
+            "",
+            "| selector | gap per seed | only sample | only selector | pooled gap | McNemar p |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+        for sel, p in summary["paired_vs_sample"].items():
+            lines.append(
+                f"| {sel} | {', '.join(f'{g:+.1f}' for g in p['gap_per_seed'])} | {p['only_sample']} | "
+                f"{p['only_selector']} | {p['gap_pooled']:+.1f} | {p['p_mcnemar']:.3g} |"
+            )
     if summary["live_auroc"]:
         lines += ["", "| verifier | live AUROC per seed |", "|---|---|"]
         three = lambda xs: ", ".join("–" if x is None else f"{x:.3f}" for x in xs)  # noqa: E731
