@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from embodied_rft.evaluate.aggregate import mcnemar_exact
+from embodied_rft.evaluate.aggregate import mcnemar_exact, paired
 from embodied_rft.tools.seeds import _conf_paths, _run_stage, path_overrides, publish, seed_parser
 
 log = logging.getLogger(__name__)
@@ -59,17 +59,10 @@ def _pool(per_seed: list[dict], base: str = "greedy") -> dict[str, Any]:
     }
 
 
-def _vs_sample(record: dict, sel: str) -> dict[str, int | float] | None:
+def _vs_sample(record: dict, sel: str) -> dict | None:
     """One seed's paired counts of ``sel`` against ``sample`` from ``episode_success`` (None unless both ran)."""
     es = record.get("episode_success") or {}
-    a, b = es.get("sample"), es.get(sel)
-    if not a or not b:
-        return None
-    common = sorted(set(a) & set(b))
-    only_a = sum(a[e] and not b[e] for e in common)
-    only_b = sum(b[e] and not a[e] for e in common)
-    gap = round(100.0 * (only_b - only_a) / len(common), 2) if common else 0.0
-    return {"episodes": len(common), "only_a": only_a, "only_b": only_b, "gap": gap}
+    return paired(es["sample"], es[sel]) if es.get("sample") and es.get(sel) else None
 
 
 def summarise(records: dict[int, dict]) -> dict[str, Any]:

@@ -43,10 +43,10 @@ from .text import verification_messages
 log = logging.getLogger(__name__)
 LONG = "long_horizon"
 
-# what metrics/bon.json shows (per-episode outcomes, per-subset tables and the config are in the details)
-# `dvc metrics show`'s glance, one row among every stage's: the paper's comparison (the trained verifier against
-# greedy), its no-verifier control (one sample), the headroom and the verifier's live AUROC; every selector's
-# figures (the oracle's ceiling, long horizon, cost, zero-shot verifiers) stay in bon.details.json and reports/bon.md
+# what metrics/bon.json shows, `dvc metrics show`'s glance (one row among every stage's): the paper's comparison
+# (the trained verifier against greedy), its no-verifier control (one sample), the headroom and the verifier's live
+# AUROC; every selector's figures (the oracle's ceiling, long horizon, cost, zero-shot verifiers), per-episode
+# outcomes and the config stay in bon.details.json and reports/bon.md
 BON_HEADLINE = {
     "selectors": {s: {"success": True} for s in ("greedy", "sample", "bon_ft")},
     "paired_vs_greedy": {"bon_ft": {"gap": True, "p_mcnemar": True}},
