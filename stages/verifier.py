@@ -32,6 +32,7 @@ def main(cfg) -> None:
             build(PromptConfig, ctx.section("prompt"), "prompt"),
             find_sentence=scfg.find_sentence,
             verdict=scfg.verdict,
+            reasoning=scfg.reasoning,
         ),
     )
 

@@ -10,6 +10,8 @@ import pytest
 
 from embodied_rft.core.atomic import write_jsonl_atomic
 from embodied_rft.generation import GenerationConfig
+from embodied_rft.teacher.config import ScriptedConfig
+from embodied_rft.teacher.scripted import ScriptedTeacher
 from embodied_rft.train.sft.config import SFTConfig
 from embodied_rft.vegas.config import SynthConfig
 from embodied_rft.vegas.policy_data import balanced, policy_records
@@ -107,3 +109,102 @@ def test_the_verifier_trains_on_synthesised_plus_policy_records(episodes_file, t
     assert m["policy_data"]["episodes"] == min(4, 5 - len(val_eps)) and len(policy) == m["policy_data"]["kept"]
     assert m["records"]["train"] == n_synth + len(policy) == len(mixed)
     assert val_eps.isdisjoint(r["episode_id"] for r in policy)
+
+
+def test_contrast_records_are_oracle_labelled_alternatives_in_each_calls_state(episodes_file, tmp_path):
+    import dataclasses
+
+    import embodied_rft.generation.fast as fast
+    from embodied_rft.vegas.policy_data import contrast_records
+    from embodied_rft.world.actions import split_action
+    from embodied_rft.world.oracle import ReplayError
+
+    eps = [json.loads(x) for x in episodes_file.read_text().splitlines()]
+    by_id = {e["episode_id"]: e for e in eps}
+    exclude = {eps[4]["episode_id"]}  # as above: episode 0, which the fitted model answers, is played
+    with tc.one_thread():
+        plain, counts = policy_records(CFG, tc.fitted_model(), episodes_file, exclude, tc.PROMPT, tmp_path)
+    store = [json.loads(x) for x in (tmp_path / "policy_episodes.jsonl").read_text().splitlines()]
+    results = {r["episode_id"]: r for r in store if "live" in r}
+
+    def boom(*a, **k):
+        raise AssertionError("generated although every episode was stored")
+
+    orig = fast.FastGenerator._generate_batch
+    fast.FastGenerator._generate_batch = boom
+    try:
+        recs, c2 = policy_records(
+            dataclasses.replace(CFG, contrast=2), tc.fitted_model(), episodes_file, exclude, tc.PROMPT, tmp_path
+        )
+    finally:
+        fast.FastGenerator._generate_batch = orig
+    # the sampled candidates' records are unchanged and come first; the alternatives follow
+    assert recs[: len(plain)] == plain
+    extra = recs[len(plain) :]
+    assert extra and all(r["source"] == "contrast" for r in extra)
+    assert c2["contrast"]["records"] == len(extra) and c2["contrast"]["positives"] == sum(
+        r["verdict"] == "yes" for r in extra
+    )
+    calls = {(e, c["call"]): c for e, res in results.items() for c in res["live"]}
+    per_call: dict = {}
+    kinds = {"next": 0, "swap": 0}
+    for r in extra:
+        c = calls[(r["episode_id"], r["step"])]
+        per_call.setdefault((r["episode_id"], r["step"]), []).append(r)
+        # an independent replay of the call's history; the alternative is judged there
+        oracle = WorldOracle(by_id[r["episode_id"]])
+        sim = oracle.initial.copy()
+        for h in c["history"]:
+            assert sim.step(h["action_id"]).feedback == h["feedback"]
+        assert sim.observe_text() == r["observation"] == c["observation"] and r["history"] == c["history"]
+        a = r["candidate"]["action_id"]
+        j = oracle.judge(sim, a)
+        assert (r["label"], r["reason"], r["verdict"]) == (j.label, j.reason, "yes" if j.label == "correct" else "no")
+        assert a not in {x["a"] for x in c["cands"]} and r["candidate"]["reasoning"]
+        assert parse_verdict(r["messages"][-1]["content"]) == r["verdict"]
+    for (eid, call), rs in per_call.items():
+        c = calls[(eid, call)]
+        assert len(rs) <= 2 and len({r["candidate"]["action_id"] for r in rs}) == len(rs)
+        oracle = WorldOracle(by_id[eid])
+        sim = oracle.rebuild(results[eid]["actions"][: len(c["history"])])
+        best = oracle.best_plan(sim)
+        nxt = sim.actions.get_id(best[0][0]) if best and best[0] else None
+        sampled = {x["a"] for x in c["cands"]}
+        verbs = {split_action(x["name"])[0] for x in c["cands"]}
+        rest = rs
+        if nxt is not None and nxt not in sampled:
+            # the planner's next action comes first, labelled correct
+            assert rs[0]["candidate"]["action_id"] == nxt and rs[0]["verdict"] == "yes"
+            rest = rs[1:]
+            kinds["next"] += 1
+        assert all(split_action(r["candidate"]["action_name"])[0] in verbs for r in rest)
+        kinds["swap"] += len(rest)
+    assert kinds["swap"] > 0, kinds
+    # a hand-built call two expert steps in, whose only sample is a find of an object the task does not name: the
+    # planner's next action comes first (correct), then another find
+    ep = eps[1]
+    oracle = WorldOracle(ep)
+    executed = [(oracle.initial.actions.id(a), a, True) for a in ep["expert_plan"][:2]]
+    sim, history = oracle.replay(executed)
+    goal = {sim.goal.object_target, sim.goal.parent_target, sim.goal.toggle_target, sim.goal.mrecep_target}
+    wrong = next(n for n in sim.actions.names if n.startswith("find a ") and n[7:] not in goal)
+    call = {
+        "call": 1,
+        "history": history,
+        "observation": sim.observe_text(),
+        "cands": [{"a": sim.actions.id(wrong), "name": wrong}],
+    }
+    reasoner = ScriptedTeacher(ScriptedConfig(seed=0, verbosity="brief"))
+    hand = contrast_records(ep, {"actions": executed, "live": [call]}, 2, 0, reasoner)
+    nxt = oracle.best_plan(sim)[0][0]
+    assert [r["candidate"]["action_name"] for r in hand][0] == nxt and hand[0]["verdict"] == "yes"
+    assert len(hand) == 2 and hand[1]["candidate"]["action_name"].startswith("find a ")
+    assert hand[1]["candidate"]["action_name"] not in (wrong, nxt)
+    assert contrast_records(ep, {"actions": executed, "live": [call]}, 0, 0, reasoner) == []
+    # a stored call whose state the replay does not reproduce is an error naming the episode and call
+    eid, call = next(iter(per_call))
+    bad = json.loads(json.dumps(results[eid]))
+    at = next(i for i, c in enumerate(bad["live"]) if c["call"] == call)
+    bad["live"][at]["observation"] += " (edited)"
+    with pytest.raises(ReplayError, match=f"episode {eid} call {call}: the rebuilt state"):
+        contrast_records(by_id[eid], bad, 2, 0, reasoner)

@@ -15,7 +15,9 @@ samples N candidates at every planner call and the oracle judges each distinct f
 proposed in — exactly what the bon stage's live AUROC measures, here on training episodes instead of held-out ones.
 
 The play is resumable (``ResultStore`` in the work folder, keyed by the policy's fingerprint and the settings).
-With ``balance`` the larger class is subsampled (seeded) to the size of the smaller one.
+With ``balance`` the larger class is subsampled (seeded) to the size of the smaller one. With ``contrast: k``
+each planner call also gets up to k oracle-labelled alternatives in its own state (:func:`contrast_records`), added
+after the balancing.
 """
 
 from __future__ import annotations
@@ -31,10 +33,15 @@ from ..data.prompt import PromptConfig
 from ..evaluate.config import EpisodeLimits
 from ..evaluate.stage import load_episodes
 from ..evaluate.store import ResultStore, dir_fingerprint, fingerprint
+from ..teacher.config import ScriptedConfig
+from ..teacher.scripted import ScriptedTeacher
+from ..world.actions import split_action
+from ..world.oracle import ReplayError, WorldOracle
 from .bon import play
 from .bon_config import BonConfig
 from .select import BonPolicy
-from .text import Facts, verification_record
+from .synth import scripted_candidate
+from .text import Facts, facts_for, verification_record
 from .verifier_config import PolicyDataConfig
 
 
@@ -63,6 +70,72 @@ def candidate_records(
     ]
 
 
+def contrast_records(
+    ep: dict,
+    result: dict,
+    k: int,
+    seed: int,
+    reasoner: ScriptedTeacher,
+    find_sentence: str = "exec",
+    verdict: str = "last",
+) -> list[dict]:
+    """Up to ``k`` alternatives per planner call of an episode's greedy run, each judged by the oracle in the state
+    the call was made in (rebuilt from the run's executed actions): first the planner's next action when no sample
+    proposed it, then actions with the verb of a (seeded) sampled candidate and another argument. One context is
+    then seen with right and wrong candidates — mostly the comparison of the action's object with the task's, which
+    the policy's samples alone teach weakly. The candidate's reasoning is the scripted teacher's for the one action;
+    ``source: contrast``."""
+    if k <= 0:
+        return []
+    oracle = WorldOracle(ep)
+    out: list[dict] = []
+    for c in result.get("live", []):
+        if not c["cands"]:
+            continue
+        where = f"episode {ep['episode_id']} call {c['call']}"
+        sim, history = oracle.replay(result["actions"][: len(c["history"])], where)
+        if sim.observe_text() != c["observation"] or [h["feedback"] for h in history] != [
+            h["feedback"] for h in c["history"]
+        ]:
+            raise ReplayError(f"{where}: the rebuilt state is not the one the policy saw")
+        space = sim.actions
+        taken = {x["a"] for x in c["cands"]}
+        picks: list[int] = []
+        best = oracle.best_plan(sim)
+        nxt = space.get_id(best[0][0]) if best and best[0] else None
+        if nxt is not None and nxt not in taken:
+            picks.append(nxt)
+        rng = random.Random(f"{seed}:{ep['episode_id']}:{c['call']}:contrast")
+        for _ in range(k - len(picks)):
+            verb = split_action(rng.choice(c["cands"])["name"])[0]
+            pool = [
+                i for i, n in enumerate(space.names) if split_action(n)[0] == verb and i not in taken and i not in picks
+            ]
+            if pool:
+                picks.append(rng.choice(pool))
+        for a in picks:
+            name = space.name(a)
+            rid = f"{ep['episode_id']}:{c['call']}:{a}:contrast"
+            obs = c["observation"]
+            out.append(
+                verification_record(
+                    ep,
+                    rid,
+                    c["call"],
+                    "contrast",
+                    None,
+                    c["history"],
+                    obs,
+                    scripted_candidate(reasoner, ep, rid, c["history"], obs, name, [name], space),
+                    facts_for(sim, name, oracle.judge(sim, a)),
+                    seed,
+                    find_sentence,
+                    verdict,
+                )
+            )
+    return out
+
+
 def balanced(records: list[dict], seed: int) -> list[dict]:
     """As many positives as negatives: a seeded subsample of the larger class, the records' order kept."""
     pos = [i for i, r in enumerate(records) if r["verdict"] == "yes"]
@@ -83,6 +156,7 @@ def policy_records(
     *,
     find_sentence: str = "exec",
     verdict: str = "last",
+    reasoning: str = "full",
 ) -> tuple[list[dict], dict[str, Any]]:
     """The records and their counts (module docstring); nothing is played when ``cfg.episodes`` is 0."""
     if not cfg.episodes:
@@ -129,6 +203,12 @@ def policy_records(
     ]
     kept = balanced(records, cfg.seed) if cfg.balance else records
     reasons = Counter(f"{r['label']}:{r['reason']}" for r in records)
+    reasoner = ScriptedTeacher(ScriptedConfig(seed=cfg.seed, verbosity=reasoning))
+    contrast = [
+        r
+        for ep, res in zip(eps, results, strict=True)
+        for r in contrast_records(ep, res, cfg.contrast, cfg.seed, reasoner, find_sentence, verdict)
+    ]
     counts = {
         "episodes": len(eps),
         "success": round(sum(bool(r["success"]) for r in results) / len(results), 4) if results else None,
@@ -137,8 +217,13 @@ def policy_records(
         "positives": sum(r["verdict"] == "yes" for r in records),
         "kept": len(kept),
         "by_label_reason": dict(reasons.most_common()),
+        "contrast": {
+            "records": len(contrast),
+            "positives": sum(r["verdict"] == "yes" for r in contrast),
+            "by_label_reason": dict(Counter(f"{r['label']}:{r['reason']}" for r in contrast).most_common()),
+        },
     }
-    return kept, counts
+    return kept + contrast, counts
 
 
-__all__ = ["balanced", "candidate_records", "policy_records"]
+__all__ = ["balanced", "candidate_records", "contrast_records", "policy_records"]

@@ -46,7 +46,7 @@ from ..progress import progress
 from ..teacher.config import ScriptedConfig
 from ..teacher.errors import LOOKALIKE_OBJECTS, LOOKALIKE_RECEPTACLES
 from ..teacher.scripted import ScriptedTeacher
-from ..world.actions import N_GLOBAL, PUT_DOWN, split_action
+from ..world.actions import N_GLOBAL, PUT_DOWN, ActionSpace, split_action
 from ..world.objects import SLICED_TYPE, TYPES, can_contain
 from ..world.oracle import WorldOracle
 from ..world.simulator import Simulator
@@ -69,6 +69,31 @@ SYNTH_HEADLINE = {
 }
 
 
+def scripted_candidate(
+    reasoner: ScriptedTeacher,
+    ep: dict,
+    rid: str,
+    history: list[dict],
+    observation: str,
+    action: str,
+    plan: list[str],
+    space: ActionSpace,
+) -> dict:
+    """A verification candidate for ``action`` whose reasoning is what the scripted teacher writes as the
+    ``reasoning_and_reflection`` of ``plan`` (the candidate's plan from this state) — the SFT policy's style."""
+    extras = [n for i, n in enumerate(space.names) if i >= N_GLOBAL]
+    pseudo = {
+        "sample_id": rid,
+        "label": format_label([(space.id(a), a) for a in plan], extras),
+        "history": history,
+        "observation": observation,
+        "instruction": ep["instruction"],
+        "task_type": ep["task_type"],
+    }
+    reasoning = reasoner.respond(pseudo)["reasoning_and_reflection"]
+    return {"action_id": space.id(action), "action_name": action, "reasoning": reasoning}
+
+
 class _Episode:
     """One episode's expert states and the records built from them."""
 
@@ -80,7 +105,6 @@ class _Episode:
         sim = Simulator.from_episode(ep)
         self.space = sim.actions
         self.pairs = [(self.space.id(a), a) for a in ep["expert_plan"]]
-        self.extras = [n for i, n in enumerate(self.space.names) if i >= N_GLOBAL]
         self.states: list[Simulator] = []
         self.histories: list[list[dict]] = []
         history: list[dict] = []
@@ -101,17 +125,7 @@ class _Episode:
         facts = facts_for(sim, action, j)
         rid = f"{ep['episode_id']}:{len(history)}:{tag}"
         obs = sim.observe_text()
-        plan_pairs = [(self.space.id(a), a) for a in plan]
-        pseudo = {
-            "sample_id": rid,
-            "label": format_label(plan_pairs, self.extras),
-            "history": history,
-            "observation": obs,
-            "instruction": ep["instruction"],
-            "task_type": ep["task_type"],
-        }
-        reasoning = self.reasoner.respond(pseudo)["reasoning_and_reflection"]
-        candidate = {"action_id": self.space.id(action), "action_name": action, "reasoning": reasoning}
+        candidate = scripted_candidate(self.reasoner, ep, rid, history, obs, action, plan, self.space)
         return verification_record(
             ep,
             rid,
@@ -346,4 +360,4 @@ def synth_metrics(
     }
 
 
-__all__ = ["SYNTH_HEADLINE", "run_synth", "synth_metrics", "synthesize_episode"]
+__all__ = ["SYNTH_HEADLINE", "run_synth", "scripted_candidate", "synth_metrics", "synthesize_episode"]

@@ -47,14 +47,16 @@ VERIFIER_HEADLINE = {
 @dataclass(frozen=True)
 class PolicySource:
     """Where ``verifier.policy_data`` finds the policy it plays: its checkpoint, the episode file, the prompt config
-    (a :class:`~embodied_rft.data.prompt.PromptConfig`); and ``synth.find_sentence`` and ``synth.verdict``, so that the
-    on-policy records' chains of thought are worded as the synthesised ones."""
+    (a :class:`~embodied_rft.data.prompt.PromptConfig`); and ``synth.find_sentence``, ``synth.verdict`` and
+    ``synth.reasoning``, so that the on-policy records' chains of thought (and the contrast records' candidate
+    reasoning) are worded as the synthesised ones."""
 
     model_dir: str | Path
     episodes_path: str | Path
     prompt_cfg: Any
     find_sentence: str = "exec"
     verdict: str = "last"
+    reasoning: str = "full"
 
 
 def read_records(path: str | Path, limit: int = 0, seed: int = 0) -> list[dict]:
@@ -155,6 +157,7 @@ def run_verifier(
             work_dir / "policy",
             find_sentence=policy.find_sentence,
             verdict=policy.verdict,
+            reasoning=policy.reasoning,
         )
         mixed = work_dir / "train_with_policy.jsonl"
         with atomic_open(mixed) as fh:

@@ -31,6 +31,10 @@ class PolicyDataConfig:
     temperature: float = 0.7
     # keep as many positives as negatives (seeded subsample of the larger class)
     balance: bool = True
+    # contrast records: up to this many oracle-labelled alternatives per planner call, in the call's own state
+    # (the planner's next action when no sample proposed it, then a sampled candidate's verb with another argument),
+    # so that one context is seen with right and wrong candidates; 0 = none (not in the paper)
+    contrast: int = 0
     # episodes stepped in lockstep (one generation batch per round)
     episodes_per_task: int = 8
     # the policy's generation (the fast sampler on CPU, vllm on GPU)
@@ -41,6 +45,7 @@ class PolicyDataConfig:
         check(self.episodes >= 0, "episodes", f"must be >= 0 (0 = none), got {self.episodes}")
         check(bool(self.split), "split", "must name an episode split, e.g. train")
         check(self.n >= 1, "n", f"must be >= 1, got {self.n}")
+        check(self.contrast >= 0, "contrast", f"must be >= 0 (0 = none), got {self.contrast}")
         check(0.0 < self.temperature <= 5.0, "temperature", f"must be in (0, 5], got {self.temperature}")
         check(self.episodes_per_task >= 1, "episodes_per_task", f"must be >= 1, got {self.episodes_per_task}")
 
