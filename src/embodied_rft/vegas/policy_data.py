@@ -40,8 +40,7 @@ from ..world.oracle import ReplayError, WorldOracle
 from .bon import play
 from .bon_config import BonConfig
 from .select import BonPolicy
-from .synth import scripted_candidate
-from .text import Facts, facts_for, verification_record
+from .text import Facts, facts_for, scripted_candidate, verification_record
 from .verifier_config import PolicyDataConfig
 
 
@@ -94,9 +93,7 @@ def contrast_records(
             continue
         where = f"episode {ep['episode_id']} call {c['call']}"
         sim, history = oracle.replay(result["actions"][: len(c["history"])], where)
-        if sim.observe_text() != c["observation"] or [h["feedback"] for h in history] != [
-            h["feedback"] for h in c["history"]
-        ]:
+        if sim.observe_text() != c["observation"] or history != c["history"]:
             raise ReplayError(f"{where}: the rebuilt state is not the one the policy saw")
         space = sim.actions
         taken = {x["a"] for x in c["cands"]}
@@ -113,10 +110,10 @@ def contrast_records(
             ]
             if pool:
                 picks.append(rng.choice(pool))
+        obs = c["observation"]
         for a in picks:
             name = space.name(a)
             rid = f"{ep['episode_id']}:{c['call']}:{a}:contrast"
-            obs = c["observation"]
             out.append(
                 verification_record(
                     ep,

@@ -37,7 +37,6 @@ from typing import Any
 
 from embodied_rft.core.atomic import atomic_directory, atomic_open
 from embodied_rft.core.metrics import write_metrics
-from embodied_rft.schema import format_label
 
 from ..config import as_dict
 from ..data.decompose import near_misses
@@ -46,12 +45,12 @@ from ..progress import progress
 from ..teacher.config import ScriptedConfig
 from ..teacher.errors import LOOKALIKE_OBJECTS, LOOKALIKE_RECEPTACLES
 from ..teacher.scripted import ScriptedTeacher
-from ..world.actions import N_GLOBAL, PUT_DOWN, ActionSpace, split_action
+from ..world.actions import N_GLOBAL, PUT_DOWN, split_action
 from ..world.objects import SLICED_TYPE, TYPES, can_contain
 from ..world.oracle import WorldOracle
 from ..world.simulator import Simulator
 from .config import SynthConfig
-from .text import facts_for, verification_record
+from .text import facts_for, scripted_candidate, verification_record
 
 log = logging.getLogger(__name__)
 
@@ -67,31 +66,6 @@ SYNTH_HEADLINE = {
     "expert_steps_not_correct": True,
     "floors": True,
 }
-
-
-def scripted_candidate(
-    reasoner: ScriptedTeacher,
-    ep: dict,
-    rid: str,
-    history: list[dict],
-    observation: str,
-    action: str,
-    plan: list[str],
-    space: ActionSpace,
-) -> dict:
-    """A verification candidate for ``action`` whose reasoning is what the scripted teacher writes as the
-    ``reasoning_and_reflection`` of ``plan`` (the candidate's plan from this state) — the SFT policy's style."""
-    extras = [n for i, n in enumerate(space.names) if i >= N_GLOBAL]
-    pseudo = {
-        "sample_id": rid,
-        "label": format_label([(space.id(a), a) for a in plan], extras),
-        "history": history,
-        "observation": observation,
-        "instruction": ep["instruction"],
-        "task_type": ep["task_type"],
-    }
-    reasoning = reasoner.respond(pseudo)["reasoning_and_reflection"]
-    return {"action_id": space.id(action), "action_name": action, "reasoning": reasoning}
 
 
 class _Episode:
@@ -360,4 +334,4 @@ def synth_metrics(
     }
 
 
-__all__ = ["SYNTH_HEADLINE", "run_synth", "scripted_candidate", "synth_metrics", "synthesize_episode"]
+__all__ = ["SYNTH_HEADLINE", "run_synth", "synth_metrics", "synthesize_episode"]

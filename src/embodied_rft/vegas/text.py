@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 
 from ..config import as_dict
 from ..data.prompt import format_history
-from ..world.actions import split_action
+from ..schema import format_label
+from ..world.actions import N_GLOBAL, split_action
 from ..world.objects import BASINS, KNIVES, SLICED_TYPE, WHOLE_TYPE, base_type
 from .templates import (
     BY_REASON,
@@ -45,6 +46,8 @@ from .templates import (
 )
 
 if TYPE_CHECKING:
+    from ..teacher.scripted import ScriptedTeacher
+    from ..world.actions import ActionSpace
     from ..world.episode import Goal
     from ..world.oracle import Judgement
     from ..world.simulator import Simulator
@@ -281,6 +284,31 @@ def parse_verdict(text: object) -> str | None:
     return found[-1].lower() if found else None
 
 
+def scripted_candidate(
+    reasoner: ScriptedTeacher,
+    ep: dict,
+    rid: str,
+    history: list[dict],
+    observation: str,
+    action: str,
+    plan: list[str],
+    space: ActionSpace,
+) -> dict:
+    """A verification candidate for ``action`` whose reasoning is what the scripted teacher writes as the
+    ``reasoning_and_reflection`` of ``plan`` (the candidate's plan from this state) — the SFT policy's style."""
+    extras = [n for i, n in enumerate(space.names) if i >= N_GLOBAL]
+    pseudo = {
+        "sample_id": rid,
+        "label": format_label([(space.id(a), a) for a in plan], extras),
+        "history": history,
+        "observation": observation,
+        "instruction": ep["instruction"],
+        "task_type": ep["task_type"],
+    }
+    reasoning = reasoner.respond(pseudo)["reasoning_and_reflection"]
+    return {"action_id": space.id(action), "action_name": action, "reasoning": reasoning}
+
+
 __all__ = [
     "FIND_SENTENCES",
     "INSTRUCTION",
@@ -290,6 +318,7 @@ __all__ = [
     "argument_role",
     "facts_for",
     "parse_verdict",
+    "scripted_candidate",
     "verification_cot",
     "verification_messages",
     "verification_record",
