@@ -1,5 +1,8 @@
 """DVC stage `verifier`: data/verify/train.jsonl (+ with verifier.policy_data the SFT policy's own oracle-labelled
-candidates on training episodes) + models/base (verifier.init=random) or models/sft (init=sft) -> models/verifier (the project's SFT), metrics/verifier.json (held-out balanced accuracy, AUROC), plots/verifier_loss.csv."""
+candidates on training episodes) + models/base (verifier.init=random), models/sft (init=sft) or the pretrained
+verifier.model (init=pretrained: converted into the work folder on each run, as the base stage converts a
+policy) -> models/verifier (the project's SFT), metrics/verifier.json (held-out balanced accuracy, AUROC),
+plots/verifier_loss.csv."""
 
 from pathlib import Path
 
@@ -7,7 +10,7 @@ from embodied_rft.config import build
 from embodied_rft.data.prompt import PromptConfig
 from embodied_rft.pipeline import stage_context
 from embodied_rft.vegas.config import SynthConfig
-from embodied_rft.vegas.verifier import PolicySource, run_verifier
+from embodied_rft.vegas.verifier import PolicySource, init_checkpoint, run_verifier
 from embodied_rft.vegas.verifier_config import VerifierConfig
 from stages._hydra import stage_main
 
@@ -20,7 +23,7 @@ def main(cfg) -> None:
     p = ctx.paths
     run_verifier(
         vcfg,
-        p.base_model if vcfg.init == "random" else p.sft_model,
+        init_checkpoint(vcfg, p.base_model, p.sft_model, Path(p.work_dir) / "verifier"),
         p.verify_dir,
         p.verifier_model,
         p.metrics("verifier"),

@@ -95,3 +95,23 @@ def test_long_grpo_preset_is_the_default_with_twice_the_updates():
     default, long = _flat(compose(CONF)), _flat(compose(CONF, ["experiment=tiny_long"]))
     changed = {k for k in default.keys() | long.keys() if default.get(k) != long.get(k)}
     assert changed == {"grpo.max_updates"} and long["grpo.max_updates"] == 2 * default["grpo.max_updates"]
+
+
+def test_pretrained_verifier_preset_changes_only_the_verifier_and_its_scoring():
+    # the same records and as many of them (800 x 32 = 1,600 x 16), from SmolLM2 instead of the tiny SFT policy
+    default, smol = _flat(compose(CONF)), _flat(compose(CONF, ["experiment=tiny_smollm2_verifier"]))
+    changed = {k for k in default.keys() | smol.keys() if default.get(k) != smol.get(k)}
+    assert changed == {
+        "verifier.init",
+        "verifier.sft.lr",
+        "verifier.sft.batch_size",
+        "verifier.sft.max_steps",
+        "verifier.sft.max_len",
+        "verifier.sft.bf16",
+        "verifier.sft.save_steps",
+        "bon.verifier_backend",
+        "bon.verifier_max_new_tokens",
+    }
+    assert smol["verifier.init"] == "pretrained" and smol["verifier.model.name"] == "smollm2_135m"
+    records = smol["verifier.sft.batch_size"] * smol["verifier.sft.max_steps"]
+    assert records == default["verifier.sft.batch_size"] * default["verifier.sft.max_steps"]

@@ -164,3 +164,74 @@ def test_prob_score_and_replan_trigger_run_end_to_end_and_are_reported(tmp_path)
     report = (out / "b.md").read_text()
     assert "scored by the verifier's P(yes)" in report and "replanning calls only" in report
     assert "M = 2 verifications" in (out / "a.md").read_text()
+
+
+def test_live_auroc_tool_scores_a_stored_greedy_run_as_the_stage_does(tmp_path, capsys):
+    # the stage plays greedy and scores its live candidates with bon_ft (bon.live_verifiers); the tool, given only
+    # the greedy store and the episode file, rebuilds the same items and gets the same P(yes) for each
+    from embodied_rft.tools.live_auroc import main as live_auroc
+    from embodied_rft.vegas.score import Verifier, auroc
+    from embodied_rft.vegas.text import verification_messages
+
+    fitted = tc.fitted_model()
+    models = {"policy": fitted, "sft": fitted, "verifier": fitted}
+    cfg = _small_cfg(selectors=("greedy",), live_verifiers=("bon_ft",), live_max=0, max_episodes=3, episodes_per_task=3)
+    ep_file = tmp_path / "valid_seen.jsonl"
+    ep_file.write_text("".join(json.dumps(e) + "\n" for e in _eps(3)))
+    work, out = tmp_path / "work", tmp_path / "out"
+    with tc.one_thread():
+        m = run_bon(cfg, models, [ep_file], out / "b.json", out / "b.md", out / "b.svg", work, prompt_cfg=PROMPT)
+    store = work / "greedy" / "episodes.jsonl"
+    stage = {
+        json.loads(x)["episode_id"]: json.loads(x)["p"] for x in (work / "live_bon_ft.jsonl").read_text().splitlines()
+    }
+    assert len(stage) == m["live_auroc"]["bon_ft"]["items"] >= 1
+    live = tmp_path / "live.jsonl"
+    args = f"--verifier {fitted} --episodes {ep_file} --greedy {store} --out {live} --backend fast --device cpu".split()
+    args += ["--max-new-tokens", "6"]
+    with tc.one_thread():
+        assert live_auroc(args) == 0
+    tool = {json.loads(x)["episode_id"]: json.loads(x)["p"] for x in live.read_text().splitlines()}
+    assert tool.keys() == stage.keys() and all(tool[k] == pytest.approx(stage[k], abs=1e-6) for k in stage)
+    capsys.readouterr()
+    # the same run's live call with more candidates (other actions, both labels): each item's P(yes) is the
+    # verifier's on the verification prompt of that call and action, and the AUROC is theirs against the labels
+    recs = [json.loads(x) for x in store.read_text().splitlines()]
+    rec = next(r for r in recs if r.get("live"))
+    call = rec["live"][0]
+    extra = [(7, "find a Apple", "wrong"), (9, "find a Mug", "correct"), (11, "open the Fridge", "neutral")]
+    call["cands"] += [{**call["cands"][0], "a": a, "name": n, "label": lab} for a, n, lab in extra]
+    grown = tmp_path / "grown.jsonl"
+    grown.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    with tc.one_thread():
+        assert live_auroc([*args[:4], "--greedy", str(grown), "--out", str(tmp_path / "g.jsonl"), *args[8:]]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    got = {json.loads(x)["episode_id"]: json.loads(x)["p"] for x in (tmp_path / "g.jsonl").read_text().splitlines()}
+    ep = next(e for e in _eps(3) if e["episode_id"] == rec["episode_id"])
+    ver = Verifier.load(fitted, backend="fast", max_new_tokens=6, device="cpu")
+    cands = call["cands"]
+    prompts = [
+        verification_messages(
+            ep["instruction"], call["history"], call["observation"], x["reasoning"], x["a"], x["name"]
+        )
+        for x in cands
+    ]
+    with tc.one_thread():
+        want = [p for p, _, _ in ver.p_yes(prompts)]
+    for x, w in zip(cands, want, strict=True):
+        assert got[f"{rec['episode_id']}:{call['call']}:{x['a']}"] == pytest.approx(w, abs=1e-6)
+    everything = [
+        (f"{r['episode_id']}:{k['call']}:{c['a']}", c["label"] == "correct")
+        for r in recs
+        for k in r.get("live", [])
+        for c in k["cands"]
+    ]
+    assert got.keys() == {i for i, _ in everything} and {True, False} <= {y for _, y in everything}
+    assert res["items"] == len(got) and res["positives"] == sum(y for _, y in everything)
+    assert res["auroc"] == round(auroc([got[i] for i, _ in everything], [y for _, y in everything]), 4)
+    # a greedy store naming an episode the episode file lacks: the error names both files and the line
+    bad = tmp_path / "other.jsonl"
+    bad.write_text(json.dumps(ep) + "\n")
+    rec_line = 1 + next(i for i, r in enumerate(recs) if r["episode_id"] != ep["episode_id"])
+    with pytest.raises(ValueError, match=rf"episodes\.jsonl:{rec_line}: episode_id .* is not in .*other\.jsonl"):
+        live_auroc([*args[:2], "--episodes", str(bad), *args[4:]])

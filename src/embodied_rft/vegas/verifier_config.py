@@ -13,6 +13,7 @@ from typing import Literal
 
 from ..config import check
 from ..generation.config import GenerationConfig
+from ..models.config import ModelConfig
 from ..train.sft.config import SFTConfig
 
 
@@ -52,9 +53,13 @@ class PolicyDataConfig:
 
 @dataclass(frozen=True)
 class VerifierConfig:
-    # where the verifier starts: random (the policy's untrained base: random weights, the policy's tokenizer;
-    # the paper's "same base model as the policy") | sft (the SFT policy's weights)
-    init: Literal["random", "sft"] = "random"
+    # where the verifier starts: random (the policy's base checkpoint, models/base: for the tiny policy random weights
+    # with its tokenizer; the paper's "same base model as the policy") | sft (the SFT policy's weights) | pretrained
+    # (the pretrained model `model` below, whatever the policy is: a verifier that reads paraphrases although the
+    # tiny policy's base cannot; docs/vegas.md §4)
+    init: Literal["random", "sft", "pretrained"] = "random"
+    # the model verifier.init=pretrained starts from (a model-group entry, composed in conf/vegas/paper.yaml)
+    model: ModelConfig = field(default_factory=ModelConfig)
     # what the verifier learns to write: cot = the chain of thought and the verdict line (the paper) | verdict = the
     # verdict line alone (every record's assistant turn cut to it), so the loss is not spread over templated sentences
     target: Literal["cot", "verdict"] = "cot"
@@ -69,6 +74,11 @@ class VerifierConfig:
     max_new_tokens: int = 128
 
     def __post_init__(self) -> None:
+        check(
+            self.init != "pretrained" or self.model.kind in ("gguf", "pretrained"),
+            "model",
+            f"verifier.init=pretrained starts from a pretrained model (kind gguf or pretrained), got kind {self.model.kind}",
+        )
         check(self.eval_max_records >= 0, "eval_max_records", f"must be >= 0 (0 = all), got {self.eval_max_records}")
         check(self.eval_batch_size >= 1, "eval_batch_size", f"must be >= 1, got {self.eval_batch_size}")
         check(self.max_new_tokens >= 4, "max_new_tokens", f"must be >= 4, got {self.max_new_tokens}")
