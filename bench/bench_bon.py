@@ -7,7 +7,8 @@ row per selector — planner calls per wall-second when the episodes are played 
 (``vegas/select.py`` through ``evaluate/episode.py``), ratio = greedy's rate over this selector's (how many times
 dearer a planner call is), and the model calls (policy samples + verifications) per planner call. The fitted model
 also plays the verifier (it never learnt the verdict format, so each verification runs to the token cap: the
-worst case for time). ``run()`` returns the rows for ``bench/run_all.py``.
+worst case for time). A last row times P(yes)'s read of the verdict token, batched against one forward per prompt.
+``run()`` returns the rows for ``bench/run_all.py``.
 """
 
 from __future__ import annotations
@@ -97,7 +98,40 @@ def run(episodes: int = 24, n: int = 4, m: int = 2, max_new_tokens: int = 160, t
                     "note": f"{model_calls / calls:.1f} model calls/call, {calls} calls",
                 }
             )
+        rows.append(_p_yes_row(verifier, eps, prompt_cfg))
     return rows
+
+
+def _p_yes_row(verifier, eps, prompt_cfg) -> dict:
+    """P(yes)'s read of the verdict token (``Verifier.verdict_logprobs_batch``) on verification prompts of the
+    episodes' first states, every action of the expert plan a candidate: ``batch_size`` prefixes per padded forward
+    against one forward per prefix (what scoring did before), the same prefixes, one after the other."""
+    from embodied_rft.vegas.text import VERDICT_KEY, verification_messages
+    from embodied_rft.world import Simulator
+
+    prefixes = []
+    for ep in eps:
+        sim = Simulator.from_episode(ep)
+        for a in ep["expert_plan"]:
+            msgs = verification_messages(ep["instruction"], [], sim.observe_text(), "brief", sim.actions.id(a), a)
+            head = verifier.tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+            prefixes.append(head + f"{VERDICT_KEY}:")
+    t = time.perf_counter()
+    verifier.verdict_logprobs_batch(prefixes)
+    batched = len(prefixes) / (time.perf_counter() - t)
+    t = time.perf_counter()
+    for pre in prefixes:
+        verifier.verdict_logprobs_batch([pre])
+    single = len(prefixes) / (time.perf_counter() - t)
+    return {
+        "bench": "bon",
+        "case": f"P(yes) read, {verifier.batch_size} per forward",
+        "value": batched,
+        "unit": "prompts/s",
+        "ratio": batched / single,
+        "vs": "one forward per prompt (x)",
+        "note": f"{len(prefixes)} prompts; one per forward {single:.0f}/s",
+    }
 
 
 def main() -> int:

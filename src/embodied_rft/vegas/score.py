@@ -9,7 +9,8 @@ SmolLM2-135M-Instruct), and verification prompts (``vegas/text.py`` :func:`verif
   then the verdict is read from the verdict token's distribution after ``action_is_correct:``:
   P(yes) = p(yes) / (p(yes) + p(no)), p of the first token where the two answers differ. Where the greedy text
   has no verdict line, the line is appended and read the same way, so a zero-shot model that never writes one
-  still gets a score.
+  still gets a score. The reads of one call are batched (:meth:`Verifier.verdict_logprobs_batch`: left-padded, equal
+  to one forward per prompt up to float rounding).
 
 Also :func:`auroc` (Mann-Whitney, ties count half) and :func:`balanced_accuracy`, the verifier's metrics.
 """
@@ -105,37 +106,69 @@ class Verifier:
             return []
         outs = self.gen.complete(list(prompts), n=1, temperature=0.0)
         self.calls += len(prompts)
-        out = []
+        texts, prefixes = [], []
         for msgs, cs in zip(prompts, outs, strict=True):
             text = cs[0].text
             head = self.tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
             at = text.rfind(_MARK)
             body = text[: at + len(_MARK)] if at >= 0 else text.rstrip() + f"\n{_MARK}"
-            lp_yes, lp_no = self.verdict_logprobs(head + body)
+            texts.append(text)
+            prefixes.append(head + body)
+        out = []
+        for text, (lp_yes, lp_no) in zip(texts, self.verdict_logprobs_batch(prefixes), strict=True):
             top = max(lp_yes, lp_no)
             p = math.exp(lp_yes - top) / (math.exp(lp_yes - top) + math.exp(lp_no - top))
             out.append((p, parse_verdict(text), text))
         return out
 
     def verdict_logprobs(self, prefix: str) -> tuple[float, float]:
-        """The log-probabilities of the verdict token after ``prefix`` (text ending in ``action_is_correct:``):
-        of the first token where ``prefix + " yes"`` and ``prefix + " no"`` tokenise differently. One forward
-        over the shared tokens, logits at its last position only (a full-vocabulary distribution at every
-        position would take gigabytes for a 50k-token vocabulary)."""
+        """The log-probabilities of the verdict token after ``prefix`` (text ending in ``action_is_correct:``): of
+        the first token where ``prefix + " yes"`` and ``prefix + " no"`` tokenise differently."""
+        return self.verdict_logprobs_batch([prefix])[0]
+
+    def verdict_logprobs_batch(self, prefixes: Sequence[str]) -> list[tuple[float, float]]:
+        """:meth:`verdict_logprobs` of each prefix, ``batch_size`` prefixes per forward: sorted by length, padded on
+        the left with an attention mask and positions counted from each row's first token, the logits at the last
+        position only (a full-vocabulary distribution at every position would take gigabytes for a 50k-token
+        vocabulary). Equal to one forward per prefix up to float rounding (tested)."""
         import torch
 
-        yes = self.tok(prefix + " yes", add_special_tokens=False)["input_ids"]
-        no = self.tok(prefix + " no", add_special_tokens=False)["input_ids"]
-        c = 0
-        while c < min(len(yes), len(no)) and yes[c] == no[c]:
-            c += 1
-        if c == 0 or c >= min(len(yes), len(no)):
-            raise ValueError(f"the tokenizer does not tell ' yes' from ' no' after {prefix[-40:]!r}")
-        ids = torch.tensor([yes[:c]], device=self.model.device)
-        with torch.inference_mode():
-            logits = self.model(input_ids=ids, logits_to_keep=1).logits[0, -1].float()
-        logp = torch.log_softmax(logits, dim=-1)
-        return float(logp[yes[c]]), float(logp[no[c]])
+        rows = []
+        for prefix in prefixes:
+            yes = self.tok(prefix + " yes", add_special_tokens=False)["input_ids"]
+            no = self.tok(prefix + " no", add_special_tokens=False)["input_ids"]
+            c = 0
+            while c < min(len(yes), len(no)) and yes[c] == no[c]:
+                c += 1
+            if c == 0 or c >= min(len(yes), len(no)):
+                raise ValueError(f"the tokenizer does not tell ' yes' from ' no' after {prefix[-40:]!r}")
+            rows.append((yes[:c], yes[c], no[c]))
+        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
+        dev = self.model.device
+        out: list[tuple[float, float]] = [(0.0, 0.0)] * len(rows)
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
+        for s in range(0, len(order), self.batch_size):
+            idx = order[s : s + self.batch_size]
+            width = max(len(rows[i][0]) for i in idx)
+            ids = torch.full((len(idx), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(idx), width), dtype=torch.long)
+            for r, i in enumerate(idx):
+                n = len(rows[i][0])
+                ids[r, width - n :] = torch.tensor(rows[i][0])
+                mask[r, width - n :] = 1
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            with torch.inference_mode():
+                logits = (
+                    self.model(
+                        input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev), logits_to_keep=1
+                    )
+                    .logits[:, -1]
+                    .float()
+                )
+            logp = torch.log_softmax(logits, dim=-1)
+            for r, i in enumerate(idx):
+                out[i] = (float(logp[r, rows[i][1]]), float(logp[r, rows[i][2]]))
+        return out
 
 
 __all__ = ["Verifier", "auroc", "balanced_accuracy"]
