@@ -229,6 +229,14 @@ def test_live_auroc_tool_scores_a_stored_greedy_run_as_the_stage_does(tmp_path, 
     assert got.keys() == {i for i, _ in everything} and {True, False} <= {y for _, y in everything}
     assert res["items"] == len(got) and res["positives"] == sum(y for _, y in everything)
     assert res["auroc"] == round(auroc([got[i] for i, _ in everything], [y for _, y in everything]), 4)
+    # the live calls follow the episode file, whatever order the store finished them in (the stage's order, so that
+    # --limit draws the stage's subsample)
+    from embodied_rft.tools.live_auroc import live_calls_of
+
+    every = [{**r, "live": [call]} for r in recs]  # one live call in each episode's record
+    (tmp_path / "reversed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reversed(every)))
+    got_order = [ep["episode_id"] for ep, _ in live_calls_of(ep_file, tmp_path / "reversed.jsonl")]
+    assert got_order == [e["episode_id"] for e in _eps(3)]
     # a greedy store naming an episode the episode file lacks: the error names both files and the line
     bad = tmp_path / "other.jsonl"
     bad.write_text(json.dumps(ep) + "\n")

@@ -32,16 +32,21 @@ log = logging.getLogger(__name__)
 
 
 def live_calls_of(episodes_path: str | Path, greedy_path: str | Path) -> list[tuple[dict, dict]]:
-    """(episode, live call) pairs of a greedy store, in the store's order; an episode the store names but the episode
-    file lacks is an error naming both files."""
-    by_id = {ep["episode_id"]: ep for ep in load_episodes([episodes_path], 0, 0)[0]}
-    out = []
+    """(episode, live call) pairs of a greedy store in the episode file's order, as the stage lists them (its greedy
+    results follow the episodes it played, in file order; the store holds them in the order they finished), so that
+    ``--limit`` draws the stage's own seeded subsample. A store record whose episode the file lacks is an error naming
+    both files and the line."""
+    records = {}
     for line, rec in iter_jsonl(greedy_path):
-        ep = by_id.get(rec.get("episode_id"))
-        if ep is None:
-            raise ValueError(f"{greedy_path}:{line}: episode_id {rec.get('episode_id')!r} is not in {episodes_path}")
-        out.extend((ep, c) for c in rec.get("live", []))
-    return out
+        records[rec.get("episode_id")] = (line, rec)
+    episodes = load_episodes([episodes_path], 0, 0)[0]
+    known = {ep["episode_id"] for ep in episodes}
+    for eid, (line, _) in records.items():
+        if eid not in known:
+            raise ValueError(f"{greedy_path}:{line}: episode_id {eid!r} is not in {episodes_path}")
+    return [
+        (ep, c) for ep in episodes if ep["episode_id"] in records for c in records[ep["episode_id"]][1].get("live", [])
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
