@@ -8,9 +8,10 @@ The planner works on a copy of the simulator and executes every action it emits,
 valid by construction. It asks the simulator how a name resolves (:meth:`Simulator.resolve`) and uses the
 plain EB name (``find a Mug``) when that reaches a suitable instance, the suffixed one (``find a Mug_2``)
 otherwise. Plans read the state: containers are opened only when closed (and closed again once the object
-is out, as ALFRED's planner does), lamps/faucets/microwaves already on are handled, objects inside closed
-containers are fetched by opening them. Recipes follow ALFRED's expert plans expanded into EB skills
-(heat: microwave open, put, close, on, off, open, pick, close; cool: fridge open, put, close, open, pick,
+is out, as ALFRED's planner does, except a container opened for the knife that also holds the object sliced
+next: closing it there would be undone two steps later), lamps/faucets/microwaves already on are handled,
+objects inside closed containers are fetched by opening them. Recipes follow ALFRED's expert plans expanded into
+EB skills (heat: microwave open, put, close, on, off, open, pick, close; cool: fridge open, put, close, open, pick,
 close; clean: sink, put, faucet on, off, pick; slice: knife, slice, put the knife down, pick a piece).
 Departure from EB's gold NL steps: cleaning turns the Faucet on, which EB's own state update requires.
 """
@@ -87,6 +88,15 @@ class _Planner:
         self.emit_on("find a", o, ok)
         return self.w.objs[self.w.last_found]
 
+    def inside(self, o: Obj, c: Obj) -> bool:
+        """Whether ``o`` lies (at any depth) inside receptacle ``c``."""
+        p = o.parent
+        while p is not None and p != HAND:
+            if p == c.id:
+                return True
+            p = self.w.objs[p].parent
+        return False
+
     def open_chain(self, o: Obj) -> list[Obj]:
         """Open the closed containers around ``o`` (outermost first); returns them, innermost first."""
         chain = []
@@ -104,8 +114,9 @@ class _Planner:
                 self.emit_on("close the", c)
 
     # ---------------------------------------------------------------- skills
-    def fetch(self, typ: str, ok: Pred) -> Obj:
-        """Pick up an acceptable object of ``typ`` (pieces count for a sliceable type)."""
+    def fetch(self, typ: str, ok: Pred, keep_open: Pred | None = None) -> Obj:
+        """Pick up an acceptable object of ``typ`` (pieces count for a sliceable type); the containers opened
+        for it are closed again, except those ``keep_open`` accepts (the next step reaches into them)."""
         w = self.w
         if w.held is not None:
             if ok(w.objs[w.held]):
@@ -117,7 +128,7 @@ class _Planner:
             o = self.goto(self.choose(typ, lambda x: ok(x) and w.anchor(x) != HAND), ok)
         opened = self.open_chain(o)
         self.emit_on("pick up the", o, ok)
-        self.close_all(opened)
+        self.close_all([c for c in opened if keep_open is None or not keep_open(c)])
         return w.objs[w.held]
 
     def deposit(self, typ: str, ok: Pred, close: bool = True) -> tuple[Obj, list[Obj]]:
@@ -147,7 +158,13 @@ class _Planner:
         if not knives:
             raise PlanError("slicing needs a Knife or ButterKnife and the scene has none")
         if w.held is None or w.objs[w.held].type not in KNIVES:
-            self.fetch(knives[0], _ANY)
+            # the whole ``typ`` the plan slices after fetching the knife as usual (on a copy): a container opened
+            # for the knife that holds it stays open, not closed and reopened two steps later (two wasted actions;
+            # the world oracle calls that close wrong)
+            trial = _Planner(w.copy())
+            trial.fetch(knives[0], _ANY)
+            nxt = trial.choose(typ, lambda x: x.type == typ)
+            self.fetch(knives[0], _ANY, keep_open=lambda c: trial.inside(nxt, c))
         target = self.goto(self.choose(typ, lambda x: x.type == typ))
         self.open_chain(target)  # left open: a piece is taken out next
         self.emit_on("slice the", target)
