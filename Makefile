@@ -125,7 +125,7 @@ sweep-filter: $(STAMP) ## GRPO with the online filter on vs off (Hydra multirun 
 	$(PY) -m embodied_rft.tools.sweeps multirun/sweep-filter --stage grpo
 
 SEEDS ?= 0 1 2
-seeds: $(STAMP) params ## the whole pipeline once per seed in SEEDS under runs/seed-N/ (+ GRPO without SFT), then success mean ± s.d. and paired tests per model (reports/seeds.md; ~26 min per seed with the ablation on 2 cores; a rerun starts at the first stage whose params changed)
+seeds: $(STAMP) params ## the whole pipeline once per seed in SEEDS under runs/seed-N/ (+ GRPO without SFT), then success mean ± s.d. and paired tests per model (reports/seeds.md; ~26 min per seed with the ablation on 2 cores; a rerun starts at the first stage whose params or code changed)
 	$(PY) -m embodied_rft.tools.seeds --seeds $(SEEDS) --ablation-no-sft
 
 ablation-no-sft: $(STAMP) params ## the paper's ablation: GRPO from the base model (no SFT), as a DVC experiment

@@ -143,6 +143,14 @@ def test_a_rerun_skips_finished_stages_and_reruns_from_the_first_changed_one(tmp
     seeds.run_seed(3, root, [], ablation=True)
     assert calls == ["grpo", "evaluate", "grpo_no_sft", "evaluate_no_sft"]
     calls.clear()
+    # changed code of a stage (a file under one of its dvc.yaml deps): it and everything after it rerun
+    code = seeds.stage_code
+    monkeypatch.setattr(
+        seeds, "stage_code", lambda stage: {**code(stage), **({"x.py": "new"} if stage == "sft" else {})}
+    )
+    seeds.run_seed(3, root, [], ablation=True)
+    assert calls == ["sft", "grpo", "evaluate", "grpo_no_sft", "evaluate_no_sft"]
+    calls.clear()
     # an override is part of every stage's stamp: everything reruns
     seeds.run_seed(3, root, ["sft.max_steps=1"], ablation=False)
     assert calls == list(seeds.STAGES)
@@ -155,6 +163,31 @@ def test_stage_params_are_the_sections_dvc_tracks(monkeypatch) -> None:
     assert set(seeds.stage_params("evaluate")) == {"evaluate", "prompt", "reward"}
     with pytest.raises(ValueError, match="no stage 'nope'"):
         seeds.stage_params("nope")
+
+
+def test_stage_code_hashes_the_code_deps_dvc_tracks(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "pkg" / "a.py").write_text("A = 1\n")
+    (tmp_path / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / "run.py").write_text("print(1)\n")
+    dvc = tmp_path / "dvc.yaml"
+    dvc.write_text(yaml.safe_dump({"stages": {"s": {"deps": ["run.py", "pkg", "${paths.episodes_dir}"]}}}))
+    first = seeds.stage_code("s", dvc)
+    assert set(first) == {"run.py", "pkg/a.py"}  # no bytecode, no data deps
+    (tmp_path / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\1")
+    assert seeds.stage_code("s", dvc) == first
+    (tmp_path / "pkg" / "a.py").write_text("A = 2\n")
+    changed = seeds.stage_code("s", dvc)
+    assert changed["pkg/a.py"] != first["pkg/a.py"] and changed["run.py"] == first["run.py"]
+    (tmp_path / "run.py").unlink()
+    with pytest.raises(ValueError, match="dep 'run.py' does not exist"):
+        seeds.stage_code("s", dvc)
+    with pytest.raises(ValueError, match="no stage 'nope'"):
+        seeds.stage_code("nope", dvc)
+    # the real dvc.yaml: the world code is part of every stage's stamp from prepare on
+    monkeypatch.chdir(REPO)
+    assert any(k.startswith("src/embodied_rft/world/") for k in seeds.stage_code("prepare"))
 
 
 def test_unreadable_paths_config_is_named(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ overwrite each other or the workspace's DVC outputs. A rerun skips a stage whose
 parameters are unchanged: each finished stage leaves ``logs/<stage>.params.sha256``, a hash of its sections of
 ``params.yaml`` (the ``params:`` list of its ``dvc.yaml`` entry) and the overrides, and a stage reruns, with every
 stage after it, when that hash differs — so editing ``conf/`` and running ``make seeds`` again reruns from the
-first changed stage, like ``dvc repro``. Code changes are not hashed: delete ``runs/seed-<s>`` after them.
+first changed stage, like ``dvc repro``. The stage's code deps in ``dvc.yaml`` are in the hash too, so a code change
+reruns from the first stage that depends on it, as DVC does.
 ``--ablation-no-sft`` adds the paper's ablation per seed: GRPO started from the base model (``grpo.init=base``),
 evaluated interactively beside the others, under the same rerun rule.
 
@@ -38,7 +39,7 @@ from typing import Any
 import yaml
 
 from embodied_rft.core.atomic import write_json_atomic, write_text_atomic
-from embodied_rft.core.digest import json_digest
+from embodied_rft.core.digest import file_digest, folder_digests, json_digest
 from embodied_rft.core.metrics import details_path
 from embodied_rft.evaluate.aggregate import mcnemar_exact
 
@@ -101,8 +102,30 @@ def stage_params(
     return out
 
 
+def stage_code(stage: str, dvc_file: Path = Path("dvc.yaml")) -> dict[str, str]:
+    """``{path: digest}`` of the code ``dvc_file`` lists under the stage's ``deps:`` (its files, and every file
+    under its folders but ``__pycache__``), as DVC tracks them; the ``${paths.*}`` data deps are left out (an
+    earlier stage that reran already forces the rerun)."""
+    dvc = yaml.safe_load(dvc_file.read_text("utf-8")) or {}
+    entry = (dvc.get("stages") or {}).get(stage)
+    if not isinstance(entry, dict):
+        raise ValueError(f"{dvc_file}: no stage {stage!r}")
+    out: dict[str, str] = {}
+    for dep in entry.get("deps") or []:
+        if "${" in dep:
+            continue
+        p = Path(dep)
+        if p.is_file():
+            out[dep] = file_digest(p)
+        elif p.is_dir():
+            out.update({f"{dep}/{k}": v for k, v in folder_digests(p).items() if "__pycache__" not in k.split("/")})
+        else:
+            raise ValueError(f"{dvc_file}: stage {stage!r}: dep {dep!r} does not exist")
+    return out
+
+
 def _stamp(stage: str, args: list[str]) -> str:
-    return json_digest({"params": stage_params(stage), "args": args})
+    return json_digest({"params": stage_params(stage), "code": stage_code(stage), "args": args})
 
 
 def run_seed(seed: int, root: Path, overrides: list[str], ablation: bool) -> None:
