@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 import yaml
@@ -151,6 +152,12 @@ def test_a_rerun_skips_finished_stages_and_reruns_from_the_first_changed_one(tmp
     seeds.run_seed(3, root, [], ablation=True)
     assert calls == ["sft", "grpo", "evaluate", "grpo_no_sft", "evaluate_no_sft"]
     calls.clear()
+    # a data dep rebuilt outside this run (another tool retrained the seed's SFT model): the stages reading it rerun
+    (root / "models" / "sft").mkdir(parents=True)
+    (root / "models" / "sft" / "model.safetensors").write_bytes(b"retrained")
+    seeds.run_seed(3, root, [], ablation=True)
+    assert calls == ["grpo", "evaluate", "grpo_no_sft", "evaluate_no_sft"]
+    calls.clear()
     # an override is part of every stage's stamp: everything reruns
     seeds.run_seed(3, root, ["sft.max_steps=1"], ablation=False)
     assert calls == list(seeds.STAGES)
@@ -188,6 +195,23 @@ def test_stage_code_hashes_the_code_deps_dvc_tracks(tmp_path: Path, monkeypatch)
     # the real dvc.yaml: the world code is part of every stage's stamp from prepare on
     monkeypatch.chdir(REPO)
     assert any(k.startswith("src/embodied_rft/world/") for k in seeds.stage_code("prepare"))
+
+
+def test_stage_inputs_identify_the_data_deps_under_the_runs_paths(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(REPO)
+    model = tmp_path / "sft"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"w1")
+    args = ["paths.sft_model=elsewhere", f"paths.sft_model={model.as_posix()}", f"paths.base_model={tmp_path}/none"]
+    first = seeds.stage_inputs("sft", args)
+    # the sft stage's ${paths.*} deps (dvc.yaml), each resolved with the last override or conf/config.yaml's value
+    assert set(first) == {"${paths.base_model}", "${paths.distilled}", "${paths.decomposed_dir}/val.jsonl"}
+    assert first["${paths.base_model}"] == {"missing": f"{tmp_path.as_posix()}/none"}
+    assert seeds.stage_inputs("grpo", args)["${paths.sft_model}"] == {"files": {"model.safetensors": ANY}}
+    before = seeds.stage_inputs("grpo", args)
+    (model / "model.safetensors").write_bytes(b"w2")  # another tool retrained it: the stamp changes
+    assert seeds.stage_inputs("grpo", args) != before
+    assert seeds.stage_inputs("prepare", args) == {}
 
 
 def test_unreadable_paths_config_is_named(tmp_path: Path) -> None:

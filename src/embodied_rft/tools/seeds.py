@@ -7,8 +7,9 @@ overwrite each other or the workspace's DVC outputs. A rerun skips a stage whose
 parameters are unchanged: each finished stage leaves ``logs/<stage>.params.sha256``, a hash of its sections of
 ``params.yaml`` (the ``params:`` list of its ``dvc.yaml`` entry) and the overrides, and a stage reruns, with every
 stage after it, when that hash differs — so editing ``conf/`` and running ``make seeds`` again reruns from the
-first changed stage, like ``dvc repro``. The stage's code deps in ``dvc.yaml`` are in the hash too, so a code change
-reruns from the first stage that depends on it, as DVC does.
+first changed stage, like ``dvc repro``. The stage's code deps in ``dvc.yaml`` and the content of its data deps
+(``${paths.*}``, resolved under the seed's folder) are in the hash too, so a code change, or a model another tool
+rebuilt, reruns the stages that depend on it, as DVC does.
 ``--ablation-no-sft`` adds the paper's ablation per seed: GRPO started from the base model (``grpo.init=base``),
 evaluated interactively beside the others, under the same rerun rule.
 
@@ -31,6 +32,7 @@ import argparse
 import json
 import logging
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +41,7 @@ from typing import Any
 import yaml
 
 from embodied_rft.core.atomic import write_json_atomic, write_text_atomic
-from embodied_rft.core.digest import file_digest, folder_digests, json_digest
+from embodied_rft.core.digest import file_digest, folder_digests, json_digest, path_identity
 from embodied_rft.core.metrics import details_path
 from embodied_rft.evaluate.aggregate import mcnemar_exact
 
@@ -77,15 +79,21 @@ def _run(cmd: list[str], log_file: Path) -> None:
         )
 
 
+def _dvc_stage(stage: str, dvc_file: Path) -> dict[str, Any]:
+    """The stage's entry in ``dvc_file`` (raises ValueError naming both when it has none)."""
+    dvc = yaml.safe_load(dvc_file.read_text("utf-8")) or {}
+    entry = (dvc.get("stages") or {}).get(stage)
+    if not isinstance(entry, dict):
+        raise ValueError(f"{dvc_file}: no stage {stage!r}")
+    return entry
+
+
 def stage_params(
     stage: str, dvc_file: Path = Path("dvc.yaml"), params_file: Path = Path("params.yaml")
 ) -> dict[str, Any]:
     """The sections of ``params_file`` that ``dvc_file`` lists under the stage's ``params:`` (dotted keys walk
     into sections), as DVC tracks them."""
-    dvc = yaml.safe_load(dvc_file.read_text("utf-8")) or {}
-    entry = (dvc.get("stages") or {}).get(stage)
-    if not isinstance(entry, dict):
-        raise ValueError(f"{dvc_file}: no stage {stage!r}")
+    entry = _dvc_stage(stage, dvc_file)
     params = yaml.safe_load(params_file.read_text("utf-8")) or {}
     out: dict[str, Any] = {}
     for key in entry.get("params") or []:
@@ -106,10 +114,7 @@ def stage_code(stage: str, dvc_file: Path = Path("dvc.yaml")) -> dict[str, str]:
     """``{path: digest}`` of the code ``dvc_file`` lists under the stage's ``deps:`` (its files, and every file
     under its folders but ``__pycache__``), as DVC tracks them; the ``${paths.*}`` data deps are left out (an
     earlier stage that reran already forces the rerun)."""
-    dvc = yaml.safe_load(dvc_file.read_text("utf-8")) or {}
-    entry = (dvc.get("stages") or {}).get(stage)
-    if not isinstance(entry, dict):
-        raise ValueError(f"{dvc_file}: no stage {stage!r}")
+    entry = _dvc_stage(stage, dvc_file)
     out: dict[str, str] = {}
     for dep in entry.get("deps") or []:
         if "${" in dep:
@@ -124,8 +129,33 @@ def stage_code(stage: str, dvc_file: Path = Path("dvc.yaml")) -> dict[str, str]:
     return out
 
 
+def stage_inputs(stage: str, args: list[str], dvc_file: Path = Path("dvc.yaml")) -> dict[str, Any]:
+    """The identity of each ``${paths.*}`` data dep of the stage in ``dvc_file``, resolved with the ``paths.*``
+    overrides in ``args`` (the last one wins, as in Hydra; else ``conf/config.yaml``'s): a model or data set that
+    another tool rebuilt (``make seeds`` before ``make bon-seeds``) reruns the stages that read it. A missing one
+    is recorded as missing (the stage itself then fails with its own error)."""
+    entry = _dvc_stage(stage, dvc_file)
+    paths = dict(_conf_paths()) if any("${paths." in d for d in entry.get("deps") or []) else {}
+    for a in args:
+        if a.startswith("paths.") and "=" in a:
+            k, v = a[len("paths.") :].split("=", 1)
+            paths[k] = v
+    out: dict[str, Any] = {}
+    for dep in entry.get("deps") or []:
+        m = re.fullmatch(r"\$\{paths\.(\w+)\}(.*)", dep)
+        if m is None:
+            continue
+        if m.group(1) not in paths:
+            raise ValueError(f"{dvc_file}: stage {stage!r}: dep {dep!r} names no configured path")
+        p = Path(paths[m.group(1)] + m.group(2))
+        out[dep] = path_identity(p) if p.exists() else {"missing": p.as_posix()}
+    return out
+
+
 def _stamp(stage: str, args: list[str]) -> str:
-    return json_digest({"params": stage_params(stage), "code": stage_code(stage), "args": args})
+    return json_digest(
+        {"params": stage_params(stage), "code": stage_code(stage), "inputs": stage_inputs(stage, args), "args": args}
+    )
 
 
 def run_seed(seed: int, root: Path, overrides: list[str], ablation: bool) -> None:
