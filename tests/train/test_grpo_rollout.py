@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from embodied_rft.core.padding import left_pad
 from embodied_rft.core.vision import freeze_vision
 from embodied_rft.filtering import FilterConfig
 from embodied_rft.models import load_model
 from embodied_rft.train.grpo.driver import run_grpo_local
-from embodied_rft.train.grpo.rollout import PolicyIO, _cat_mm, _left_pad, _token_mm, sample_responses, sequence_logprobs
+from embodied_rft.train.grpo.rollout import PolicyIO, _cat_mm, _token_mm, sample_responses, sequence_logprobs
 from tests.helpers.grpo import tiny_cfg
 from tests.helpers.grpo_fixtures import grpo_samples, sft_policy, vl_data
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def _generate_with_logits(model, io, prompts, n_new, temperature):
     """HF's own incremental decoding: greedy tokens and the temperature-scaled log-prob of each."""
-    ids, mask = _left_pad([p.ids for p in prompts], io.pad_id)
+    ids, mask = left_pad([p.ids for p in prompts], io.pad_id)
     out = model.generate(
         input_ids=ids,
         attention_mask=mask,

@@ -133,6 +133,8 @@ class Verifier:
         vocabulary). Equal to one forward per prefix up to float rounding (tested)."""
         import torch
 
+        from ..core.padding import left_pad, positions
+
         rows = []
         for prefix in prefixes:
             yes = self.tok(prefix + " yes", add_special_tokens=False)["input_ids"]
@@ -149,14 +151,8 @@ class Verifier:
         order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
         for s in range(0, len(order), self.batch_size):
             idx = order[s : s + self.batch_size]
-            width = max(len(rows[i][0]) for i in idx)
-            ids = torch.full((len(idx), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(idx), width), dtype=torch.long)
-            for r, i in enumerate(idx):
-                n = len(rows[i][0])
-                ids[r, width - n :] = torch.tensor(rows[i][0])
-                mask[r, width - n :] = 1
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            ids, mask = left_pad([rows[i][0] for i in idx], pad)
+            pos = positions(mask)
             with torch.inference_mode():
                 logits = (
                     self.model(

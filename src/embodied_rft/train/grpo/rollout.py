@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from embodied_rft.core.padding import left_pad, positions
 from embodied_rft.core.vision import is_vision_model
 from embodied_rft.generation.base import content_parts, text_only
 from embodied_rft.generation.decoder import decoder_for
@@ -155,30 +156,15 @@ def _cat_mm(mms: Sequence[dict[str, torch.Tensor] | None], device: torch.device 
     return {k: torch.cat([m[k] for m in present], dim=0).to(device) for k in present[0]}
 
 
-def _left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        if r:
-            ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-            mask[i, width - len(r) :] = 1
-    return ids, mask
-
-
 def _token_mm(prompts: Sequence[EncodedPrompt], tail: int = 0) -> dict[str, torch.Tensor]:
     """Per-token processor outputs, left-padded like the prompt ids, plus ``tail`` zeros (response)."""
     keys = {k for p in prompts for k in (p.token_mm or {})}
     out = {}
     for k in keys:
         rows = [(p.token_mm or {}).get(k, [0] * len(p.ids)) for p in prompts]
-        padded, _ = _left_pad(rows, 0)
+        padded, _ = left_pad(rows, 0)
         out[k] = torch.cat([padded, torch.zeros((len(rows), tail), dtype=torch.long)], dim=1) if tail else padded
     return out
-
-
-def _positions(mask: torch.Tensor) -> torch.Tensor:
-    return (mask.cumsum(-1) - 1).clamp(min=0) * mask
 
 
 def make_sampler(model: Any, name: str, max_rows: int | None = None) -> FastSampler | None:
@@ -261,7 +247,7 @@ def sample_responses(
     from transformers import GenerationConfig
 
     expanded = [p for p in prompts for _ in range(group_size)]
-    ids, mask = _left_pad([p.ids for p in expanded], io.pad_id)
+    ids, mask = left_pad([p.ids for p in expanded], io.pad_id)
     mm = _cat_mm([p.mm for p in expanded], device)
     mm.update({k: v.to(device) for k, v in _token_mm(expanded).items()})
     greedy = temperature == 0.0
@@ -308,7 +294,7 @@ class SeqBatch:
 def build_batch(
     rows: Sequence[tuple[EncodedPrompt, Sequence[int]]], io: PolicyIO, device: torch.device | str, vision: bool
 ) -> SeqBatch:
-    p_ids, p_mask = _left_pad([p.ids for p, _ in rows], io.pad_id)
+    p_ids, p_mask = left_pad([p.ids for p, _ in rows], io.pad_id)
     r_len = max(1, max(len(r) for _, r in rows))
     targets = torch.full((len(rows), r_len), io.pad_id, dtype=torch.long)
     r_mask = torch.zeros((len(rows), r_len), dtype=torch.long)
@@ -320,7 +306,7 @@ def build_batch(
     attn = torch.cat([p_mask, r_mask], dim=1).to(device)
     inputs = {"input_ids": input_ids, "attention_mask": attn}
     if not vision:
-        inputs["position_ids"] = _positions(attn)
+        inputs["position_ids"] = positions(attn)
     inputs.update(_cat_mm([p.mm for p, _ in rows], device))
     inputs.update({k: v.to(device) for k, v in _token_mm([p for p, _ in rows], r_len).items()})
     return SeqBatch(inputs, targets.to(device), r_mask.to(device), r_len + 1)
