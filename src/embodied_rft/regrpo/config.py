@@ -22,6 +22,15 @@ from ..config import check
 # the four error types of the RoT engine, in the released code's order, and its target mix
 ERROR_TYPES = ("GroundingDrift", "ToolMismatch", "ArgInvalid", "InfoInsufficient")
 TARGET_MIX = {"GroundingDrift": 0.294, "ToolMismatch": 0.246, "ArgInvalid": 0.308, "InfoInsufficient": 0.152}
+# the constructed group members of ``grpo.anchors`` (regrpo/anchors.py): the released trainer's group per RoT record
+ANCHOR_KINDS = ("correct", "reflect", "failed", "corrupted")
+
+
+def check_anchor_kinds(kinds: tuple[str, ...] | list[str], key: str = "grpo.anchors") -> None:
+    """ConfigError naming ``key`` for an unknown or repeated constructed member."""
+    bad = [k for k in kinds if k not in ANCHOR_KINDS]
+    check(not bad, key, f"unknown member {bad[0]!r}; choose from {list(ANCHOR_KINDS)}" if bad else "")
+    check(len(set(kinds)) == len(kinds), key, f"a member is listed twice: {list(kinds)}")
 
 
 @dataclass(frozen=True)

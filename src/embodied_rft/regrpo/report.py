@@ -1,8 +1,9 @@
 """The ReGRPO comparison table (``metrics/regrpo.json``, ``reports/regrpo.md``; docs/regrpo.md §7) from each arm's
 evaluation over seeds.
 
-Input: per seed, per arm (``plain``, ``rot``, ``shuffled``: the SFT arms; ``paper``, ``regrpo``, ``regrpo_eta0``:
-GRPO from the RoT-SFT policy) and per evaluation mode (``free``, ``regrpo``: ``evaluate.reflection``), the record
+Input: per seed, per arm (``plain``, ``rot``, ``shuffled``: the SFT arms; ``paper``, ``regrpo``, ``regrpo_eta0``,
+``regrpo_anchored`` — with the constructed group members of the released trainer, ``grpo.anchors`` —: GRPO from the
+RoT-SFT policy) and per evaluation mode (``free``, ``regrpo``: ``evaluate.reflection``), the record
 ``metrics/eval.details.json`` of that evaluation (one model in it). Output: success, the behaviour columns
 (repeat-after-failure, recovered-next-call: executes / oracle-correct) and the reflection counts per seed and
 pooled (a pooled rate is the pooled numerator over the pooled denominator); each comparison paired on the same
@@ -17,7 +18,7 @@ from typing import Any
 from ..evaluate.aggregate import mcnemar_exact, paired
 
 SFT_ARMS = ("plain", "rot", "shuffled")
-GRPO_ARMS = ("paper", "regrpo", "regrpo_eta0")
+GRPO_ARMS = ("paper", "regrpo", "regrpo_eta0", "regrpo_anchored")
 # (a, b, mode): b against a on the same episodes
 COMPARISONS = (
     ("plain", "rot", "free"),
@@ -26,6 +27,9 @@ COMPARISONS = (
     ("paper", "regrpo", "regrpo"),
     ("paper", "regrpo", "free"),
     ("regrpo_eta0", "regrpo", "free"),
+    ("paper", "regrpo_anchored", "regrpo"),
+    ("paper", "regrpo_anchored", "free"),
+    ("regrpo", "regrpo_anchored", "free"),
 )
 RATES = {  # column -> (numerator source, denominator key in the interactive summary)
     "repeat_after_failure_rate": "failures_followed",
@@ -130,10 +134,11 @@ def checks(c: dict[str, Any]) -> dict[str, Any]:
         gr = rot["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
         gs = sh["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
         out["shuffled_does_not_reproduce_the_gain"] = gr > 0 and gs < 0.5 * gr
-    rl = c.get("regrpo vs paper (regrpo)")
-    if rl:
-        rec = rl["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
-        out["regrpo_success_+3pts_or_recovery_+5pts"] = rl["success_gap_pooled"] >= 3 or rec >= 5
+    for arm in ("regrpo", "regrpo_anchored"):  # sampled groups (the paper's), constructed members (the code's)
+        rl = c.get(f"{arm} vs paper (regrpo)")
+        if rl:
+            rec = rl["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
+            out[f"{arm}_success_+3pts_or_recovery_+5pts"] = rl["success_gap_pooled"] >= 3 or rec >= 5
     eta = c.get("regrpo vs regrpo_eta0 (free)")
     if eta:
         t0, t1 = eta["reflection_tokens_after_success"]

@@ -49,6 +49,9 @@ ARMS = {
     "paper": [*RL],
     "regrpo": [*RL, "reward=regrpo"],
     "regrpo_eta0": [*RL, "reward=regrpo", "reward.regrpo.eta=0.0"],
+    # the released trainer's groups: each RoT state's group holds the correct answer, the reflection + correct answer,
+    # the failed action again and a corrupted action beside G - 4 samples (regrpo/anchors.py)
+    "regrpo_anchored": [*RL, "reward=regrpo", "grpo.anchors=[correct,reflect,failed,corrupted]"],
 }
 MODES = ("free", "regrpo")
 

@@ -52,6 +52,7 @@ class EngineState:
     prompts_truncated: int = 0
     groups_trained: int = 0  # groups that went through at least one update
     zero_adv_groups_trained: int = 0  # of those, groups whose advantages were all 0 (the filter removes them)
+    anchored_groups: int = 0  # groups given constructed members (grpo.anchors), offered to the filter
     exhausted: bool = False  # the prompt stream ran out (num_episodes passes done)
     seconds: dict[str, float] = field(
         default_factory=lambda: {

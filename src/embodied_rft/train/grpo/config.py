@@ -22,6 +22,7 @@ from typing import Literal
 
 from embodied_rft.config import ConfigError, check
 from embodied_rft.filtering import FilterConfig
+from embodied_rft.regrpo.config import check_anchor_kinds
 from embodied_rft.train.grpo.onpolicy import OnPolicyConfig
 
 
@@ -240,6 +241,10 @@ class GRPOConfig:
     # Which decomposed train samples are prompts: all (the paper) | recovery (only those after a mistaken action:
     # with decompose.rot, ReGRPO's RoT states; docs/regrpo.md §5).
     decomposed_prompts: Literal["all", "recovery"] = "all"
+    # ReGRPO's constructed group members (regrpo/anchors.py; the released trainer's groups, not the paper's): for a
+    # RoT state, the last len(anchors) of its G samples are replaced by these answers — correct | reflect | failed |
+    # corrupted — scored by the same reward. [] (default) = sampled groups only. Local engine only.
+    anchors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         g = self.group_size
@@ -298,6 +303,17 @@ class GRPOConfig:
             f"must be null or >= group_size ({self.group_size}); got {self.sampler_max_rows}",
         )
         check(self.rollout_processes >= 0, "grpo.rollout_processes", "must be >= 0 (0 = in-process)")
+        check_anchor_kinds(self.anchors)
+        check(
+            len(self.anchors) < g,
+            "grpo.anchors",
+            f"{len(self.anchors)} constructed members leave no sampled response in a group of {g}",
+        )
+        check(
+            not self.anchors or self.backend == "local",
+            "grpo.anchors",
+            "constructed group members are the local engine's (grpo.backend=local)",
+        )
         check(
             not (self.rollout_processes and self.num_rollout_workers),
             "grpo.rollout_processes",

@@ -52,6 +52,7 @@ def run_grpo_local(
     hooks: Hooks | None = None,
     states: tuple[list[dict], dict[str, Any]] | None = None,
     executor: Any = None,
+    anchors: Any = None,
 ) -> dict[str, Any]:
     """Run GRPO with the local engine; returns the metrics written to ``metrics_path``.
 
@@ -59,7 +60,8 @@ def run_grpo_local(
     if given, is called with an :class:`UpdateInfo` after every optimiser update (tests use it).
     ``states`` (samples, summary), from :mod:`.onpolicy`, are mixed into the training prompts as
     ``cfg.onpolicy.fraction`` says. ``executor`` runs a response from its sample's state for the regrpo
-    reward's executed success (``regrpo/execute.py``). Resumes from ``work_dir`` when a checkpoint of the same
+    reward's executed success (``regrpo/execute.py``). ``anchors`` (a :class:`~embodied_rft.regrpo.anchors.AnchorWriter`,
+    needed when ``cfg.anchors`` is set) writes a RoT state's constructed group members. Resumes from ``work_dir`` when a checkpoint of the same
     config and inputs is there.
     """
     reward = reward or RewardConfig()
@@ -85,6 +87,7 @@ def run_grpo_local(
             t_start,
             states,
             executor,
+            anchors,
         )
     finally:
         torch.set_num_threads(threads)
@@ -105,6 +108,7 @@ def _run(
     t_start: float,
     states: tuple[list[dict], dict[str, Any]] | None = None,
     executor: Any = None,
+    anchors: Any = None,
 ) -> dict[str, Any]:
     train = select_decomposed(_read_samples(train_samples_path, "train"), cfg.decomposed_prompts, train_samples_path)
     train = seeded_subset(train, cfg.max_train_prompts, cfg.seed)
@@ -125,7 +129,7 @@ def _run(
         }
     )
     eng = GRPOEngine(
-        cfg, policy_dir, train, val, work_dir, reward, Path(train_samples_path).parent, fp, hooks, executor
+        cfg, policy_dir, train, val, work_dir, reward, Path(train_samples_path).parent, fp, hooks, executor, anchors
     )
     resumed = eng.resume()
     if cfg.rollout_processes > 0:  # the pool also decodes the held-out checks, so it starts first
@@ -255,6 +259,8 @@ def config_identity(cfg: GRPOConfig) -> dict:
         d.pop("decomposed_prompts")
     if not d["onpolicy"].get("failed_only"):
         d["onpolicy"].pop("failed_only", None)
+    if not d.get("anchors"):
+        d.pop("anchors", None)
     return d
 
 
@@ -301,7 +307,8 @@ def _metrics(
             "prompts_truncated": st.prompts_truncated,
             "groups_trained": st.groups_trained,
             "zero_adv_groups_trained": st.zero_adv_groups_trained,
-        },
+        }
+        | ({"anchored_groups": st.anchored_groups} if cfg.anchors else {}),
         "time_s": {k: round(v, 3) for k, v in st.seconds.items()} | {"wall_this_process": round(wall, 3)},
         # each phase's share of the engine's timed seconds (generate, reward, logprob, update, eval, checkpoint)
         "time_share": {k: round(v / total_s, 4) for k, v in st.seconds.items()} if total_s else {},

@@ -117,6 +117,7 @@ class GRPOEngine:
         fp: str,
         hooks: Hooks | None = None,
         executor: Any = None,
+        anchors: Any = None,
     ) -> None:
         from embodied_rft.models import load_model
 
@@ -162,6 +163,11 @@ class GRPOEngine:
         )
         self.train_samples = train_samples
         self._encoded: dict[int, EncodedPrompt] = {}
+        # grpo.anchors: the constructed members of a RoT state's group (regrpo/anchors.py), token ids per prompt
+        self.anchors = anchors if cfg.anchors else None
+        if cfg.anchors and anchors is None:
+            raise ValueError("grpo.anchors is set but no AnchorWriter was given to the engine")
+        self._anchor_ids: dict[int, list[list[int]]] = {}
         self.val_prompts = [self.io.encode(s, i) for i, s in enumerate(val_samples)]
         self.state = EngineState()
         self.buffer: GroupBuffer[Group] = GroupBuffer(cfg.filter, cfg.group_size)
@@ -270,24 +276,43 @@ class GRPOEngine:
         st.row_steps += rollout.row_steps
         accepted: list[Group] = []
         eos = set(self.io.eos_ids)
+        anchored: dict[int, int] = {}  # id(group) -> its constructed members (the last ones)
         with _timed(st, "reward"):
             for j, (p, responses) in enumerate(zip(prompts, rollout.responses, strict=True)):
                 sample = self.train_samples[p.index]
+                k = self._anchor_count(sample)
+                if k:  # the last k samples make way for the constructed members (sampled ones stay first)
+                    responses = [*responses[: len(responses) - k], *self._anchors_for(sample, p.index)]
                 texts = [self.io.decode(r) for r in responses]
                 parts = [self.reward.score(t, p.label, sample) for t in texts]
                 clean = not last_failed(sample.get("history") or [])
-                for r, b, t in zip(responses, parts, texts):
+                n_sampled = len(responses) - k
+                for r, b, t in zip(responses[:n_sampled], parts, texts):
                     refl = reflection_tokens(t, self.count_tokens) if self.log_reflection else 0
                     stats.add(b, len(r), not r or r[-1] not in eos, refl, clean)
                     st.response_tokens += len(r)
                 group = Group(p, responses, [b.total for b in parts], [b.accuracy_full for b in parts])
                 if rollout.logprobs is not None:  # the sampler's own log-probs: exactly π_old, no second pass
-                    group.old_logp = rollout.logprobs[j]
+                    group.old_logp = list(rollout.logprobs[j])
                 st.prompts_sampled += 1
-                st.responses_sampled += len(responses)
+                st.responses_sampled += n_sampled
+                st.anchored_groups += int(k > 0)
                 if self.buffer.offer(group, group.accuracy_full, group.rewards):
                     accepted.append(group)
+                    if k:
+                        anchored[id(group)] = k
         need_old = rollout.logprobs is None
+        if anchored and not need_old:
+            # the constructed members were not sampled: their π_old comes from a forward of the same weights
+            with _timed(st, "logprob"):
+                rows = [(g.prompt, r) for g in accepted if id(g) in anchored for r in g.responses[-anchored[id(g)] :]]
+                lp = iter(
+                    sequence_logprobs(self.model, rows, self.io, cfg.temperature, cfg.micro_batch_size, self.device)
+                )
+                for g in accepted:
+                    k = anchored.get(id(g), 0)
+                    if k and g.old_logp is not None:
+                        g.old_logp[-k:] = [next(lp) for _ in range(k)]
         if accepted and (need_old or self.ref is not None):
             with _timed(st, "logprob"):
                 rows = [(g.prompt, r) for g in accepted for r in g.responses]
@@ -306,6 +331,17 @@ class GRPOEngine:
                     g.old_logp = old[j * G : (j + 1) * G]
                 g.ref_logp = ref[j * G : (j + 1) * G] if ref is not None else None
         return True
+
+    def _anchor_count(self, sample: dict) -> int:
+        return len(self.cfg.anchors) if self.anchors is not None and self.anchors.applies(sample) else 0
+
+    def _anchors_for(self, sample: dict, index: int) -> list[list[int]]:
+        """The constructed members' token ids for train prompt ``index`` (``grpo.anchors``; built once)."""
+        ids = self._anchor_ids.get(index)
+        if ids is None:
+            ids = [self.io.response_ids(sample, text) for _, text in self.anchors.answers(sample)]
+            self._anchor_ids[index] = ids
+        return ids
 
     # ---------------------------------------------------------------- optimisation
     def train_on(self, batch: BufferBatch, rollout_row: dict[str, float], tracker: RunTracker, pbar: Any) -> None:

@@ -138,6 +138,26 @@ class PolicyIO:
             ids = ids[-self.max_prompt_tokens :]
         return EncodedPrompt(index, list(ids), sample["label"], None, truncated)
 
+    def response_ids(self, sample: dict, answer: str) -> list[int]:
+        """The token ids of ``answer`` as the policy's assistant turn after ``sample['prompt']``, end token included:
+        the chat template's text of prompt + answer, less its text of the prompt with the generation prompt, cut
+        after the first end token — what SFT trained the policy to write (a constructed response, ``grpo.anchors``)."""
+        messages = text_only(sample["prompt"])
+        tmpl = (self.processor or self.tokenizer).apply_chat_template
+        head = tmpl(messages, add_generation_prompt=True, tokenize=False)
+        full = tmpl([*messages, {"role": "assistant", "content": answer}], tokenize=False)
+        if not full.startswith(head):
+            raise ValueError(
+                f"sample {sample.get('sample_id')}: the chat template does not write an assistant turn after the "
+                "generation prompt; constructed responses (grpo.anchors) cannot be tokenised as the policy writes them"
+            )
+        ids = self.tokenizer(full[len(head) :], add_special_tokens=False)["input_ids"]
+        eos = set(self.eos_ids)
+        for j, t in enumerate(ids):
+            if t in eos:
+                return list(ids[: j + 1])
+        raise ValueError(f"sample {sample.get('sample_id')}: the assistant turn has no end token ({sorted(eos)})")
+
     def decode(self, ids: Sequence[int]) -> str:
         """Response text for the reward: up to (not including) the first end token, special tokens dropped."""
         eos = set(self.eos_ids)

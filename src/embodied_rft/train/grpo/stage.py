@@ -59,6 +59,7 @@ def run_grpo_stage(ctx) -> None:
             reward=reward,
             states=states,
             executor=_executor(p, reward),
+            anchors=_anchors(ctx, gcfg),
         )
         return
     if Path(gcfg.openrlhf.save_path).resolve() != Path(p.grpo_model).resolve():
@@ -76,6 +77,18 @@ def run_grpo_stage(ctx) -> None:
         reward_options=openrlhf_options(reward),
     )
     subprocess.run(submit, check=True)
+
+
+def _anchors(ctx, gcfg: GRPOConfig):
+    """The constructed group members' writer (``grpo.anchors``) in the SFT data's style: the scripted teacher's
+    phrasing settings and ``teacher.rot.seed`` (regrpo/anchors.py); None when the option is off."""
+    if not gcfg.anchors:
+        return None
+    from embodied_rft.regrpo.anchors import AnchorWriter
+    from embodied_rft.teacher.config import TeacherConfig
+
+    teacher = build(TeacherConfig, ctx.section("teacher"), "teacher")
+    return AnchorWriter(gcfg.anchors, teacher.scripted, teacher.rot.seed, gcfg.seed)
 
 
 def _executor(p, reward: RewardConfig):
