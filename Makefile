@@ -60,8 +60,8 @@ regrpo-seeds: $(STAMP) params ## ReGRPO (docs/regrpo.md) on every seed in SEEDS 
 regrpo-sft: $(STAMP) params ## ReGRPO's cold-start SFT arms only (plain, rot, shuffled) per seed in SEEDS, then the table
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms plain rot shuffled
 
-regrpo-grpo: $(STAMP) params ## ReGRPO's RL arms only (paper reward, regrpo, regrpo eta=0, regrpo with constructed group members; from the rot SFT arm) per seed in SEEDS, then the table
-	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms paper regrpo regrpo_eta0 regrpo_anchored
+regrpo-grpo: $(STAMP) params ## ReGRPO's RL arms only (paper reward, regrpo, regrpo eta=0; from the rot SFT arm) per seed in SEEDS, then the table
+	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms paper regrpo regrpo_eta0
 
 regrpo-report: $(STAMP) ## the ReGRPO table from the finished runs/seed-N/regrpo evaluations (runs nothing)
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --summary-only
