@@ -10,36 +10,26 @@ import torch
 
 from embodied_rft.config import ConfigError, build
 from embodied_rft.core.atomic import write_jsonl_atomic
-from embodied_rft.data.decompose import decompose_episodes
-from embodied_rft.data.prompt import PromptConfig
 from embodied_rft.data.response import parse_response
 from embodied_rft.regrpo.anchors import AnchorWriter
-from embodied_rft.regrpo.config import RotConfig
 from embodied_rft.regrpo.reward import BoundReward
-from embodied_rft.regrpo.rot import RotEngine
 from embodied_rft.regrpo.text import parse_triple, reflection_tokens
 from embodied_rft.reward import RewardConfig
 from embodied_rft.schema import read_label
 from embodied_rft.teacher.config import TeacherConfig
 from embodied_rft.teacher.distill import run_distill
 from embodied_rft.train.grpo.config import GRPOConfig
-from embodied_rft.world import GeneratorConfig, generate_episodes
 from tests.helpers.grpo import run, tiny_cfg
 from tests.helpers.grpo_fixtures import sft_policy
+from tests.helpers.rot_samples import rot_samples
 
-WORLD = GeneratorConfig(seed=7, task_types=("pick_and_place_simple", "pick_clean_then_place_in_recep"))
-PROMPT = PromptConfig(style="compact", action_list="none", system=False, instruction_at="end")
 KINDS = ("correct", "reflect", "failed", "corrupted")
 TEACHER = {"scripted": {"verbosity": "brief"}}
 
 
 @pytest.fixture(scope="module")
 def samples(tmp_path_factory):
-    root = tmp_path_factory.mktemp("anchors")
-    eps = generate_episodes(WORLD, "train", 16)
-    ss = decompose_episodes(eps, PROMPT, recovery=1, seed=1, rot=RotEngine(RotConfig()))
-    write_jsonl_atomic(root / "train.jsonl", ss)
-    return root / "train.jsonl", ss
+    return rot_samples(tmp_path_factory.mktemp("anchors"), 16)
 
 
 def _writer(seed: int = 0) -> AnchorWriter:

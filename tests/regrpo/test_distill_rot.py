@@ -14,30 +14,20 @@ import pytest
 
 from embodied_rft.config import build
 from embodied_rft.core.atomic import write_jsonl_atomic
-from embodied_rft.data.decompose import decompose_episodes
-from embodied_rft.data.prompt import PromptConfig
-from embodied_rft.regrpo.config import RotConfig
 from embodied_rft.regrpo.distill import SYSTEM, triple_request
-from embodied_rft.regrpo.rot import RotEngine
 from embodied_rft.regrpo.text import gate, parse_triple
 from embodied_rft.teacher.config import TeacherConfig
 from embodied_rft.teacher.distill import run_distill
 from embodied_rft.teacher.scripted import ScriptedTeacher
-from embodied_rft.world import GeneratorConfig, generate_episodes
 from tests.helpers.fault_server import FaultPlan, FaultServer, openai_teacher
+from tests.helpers.rot_samples import rot_samples
 
-WORLD = GeneratorConfig(seed=7, task_types=("pick_and_place_simple", "pick_clean_then_place_in_recep"))
-PROMPT = PromptConfig(style="compact", action_list="none", system=False, instruction_at="end")
 KEY_ENV = "ERFT_TEST_ROT_KEY"
 
 
 @pytest.fixture(scope="module")
 def samples(tmp_path_factory):
-    root = tmp_path_factory.mktemp("rot")
-    eps = generate_episodes(WORLD, "train", 24)
-    ss = decompose_episodes(eps, PROMPT, recovery=1, seed=1, rot=RotEngine(RotConfig()))
-    write_jsonl_atomic(root / "train.jsonl", ss)
-    return root / "train.jsonl", ss
+    return rot_samples(tmp_path_factory.mktemp("rot"), 24)
 
 
 def _distill(tmp_path, path, tag, teacher=None, **rot):

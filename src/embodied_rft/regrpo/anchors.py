@@ -51,27 +51,24 @@ class AnchorWriter:
     def applies(self, sample: dict) -> bool:
         return bool(self.kinds) and isinstance(sample.get("rot"), dict)
 
-    def _answer(self, sample: dict, plan: list[tuple[int, str]] | None = None) -> dict:
+    def _answer(self, sample: dict, plan: list[tuple[int, str]] | None = None, extras: tuple[str, ...] = ()) -> dict:
+        """The teacher's answer for ``sample``, or for it with ``plan`` as its gold remaining plan."""
         if plan is not None:
-            _, extras = read_label(sample["label"], str(sample.get("sample_id", "sample")))
             sample = {**sample, "label": format_label(plan, extras)}
         return self.teacher.respond(sample)
 
-    def _corrupt(self, sample: dict, gold: list[tuple[int, str]]) -> tuple[int, str]:
-        _, extras = read_label(sample["label"])
-        space = ActionSpace(extras)
+    def _corrupt(self, sample: dict, gold: list[tuple[int, str]], space: ActionSpace) -> tuple[int, str]:
         avoid = {gold[0][1] if gold else None, sample["rot"]["failed_action"][1]}
         digest = hashlib.sha256(f"{self.seed}\x00{sample['sample_id']}\x00corrupt".encode()).digest()
         rng = random.Random(int.from_bytes(digest[:8], "big"))
-        names = [n for n in space.names[:N_GLOBAL] if n not in avoid]
-        name = rng.choice(names)
+        name = rng.choice([n for n in space.names[:N_GLOBAL] if n not in avoid])
         return space.id(name), name
 
     def answers(self, sample: dict) -> list[tuple[str, str]]:
         """``[(kind, answer text)]`` for a RoT sample, in ``kinds`` order."""
         if not self.applies(sample):
             raise ValueError(f"sample {sample.get('sample_id')!r}: constructed members need a RoT sample ('rot' field)")
-        gold, _ = read_label(sample["label"], str(sample.get("sample_id", "sample")))
+        gold, extras = read_label(sample["label"], str(sample.get("sample_id", "sample")))
         rot = sample["rot"]
         out = []
         for kind in self.kinds:
@@ -84,9 +81,10 @@ class AnchorWriter:
                 )
             elif kind == "failed":
                 a_fail = (int(rot["failed_action"][0]), str(rot["failed_action"][1]))
-                obj = self._answer(sample, [a_fail, *gold])
+                obj = self._answer(sample, [a_fail, *gold], extras)
             else:  # corrupted
-                obj = self._answer(sample, [self._corrupt(sample, gold), *gold[1:]])
+                wrong = self._corrupt(sample, gold, ActionSpace(extras))
+                obj = self._answer(sample, [wrong, *gold[1:]], extras)
             out.append((kind, json.dumps(obj, ensure_ascii=False)))
         return out
 

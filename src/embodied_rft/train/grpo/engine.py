@@ -281,7 +281,9 @@ class GRPOEngine:
             for j, (p, responses) in enumerate(zip(prompts, rollout.responses, strict=True)):
                 sample = self.train_samples[p.index]
                 k = self._anchor_count(sample)
-                if k:  # the last k samples make way for the constructed members (sampled ones stay first)
+                # the last k samples make way for the constructed members (sampled ones stay first); the sampler
+                # still decoded them: one call samples n per prompt, and the switch is off by default
+                if k:
                     responses = [*responses[: len(responses) - k], *self._anchors_for(sample, p.index)]
                 texts = [self.io.decode(r) for r in responses]
                 parts = [self.reward.score(t, p.label, sample) for t in texts]
