@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         default=None,
         help="comma-separated benchmark names (world, reward, decompose, alfred, sft, "
-        "sampler, grpo, eval, bon); default: all",
+        "sampler, grpo, eval, play, bon); default: all",
     )
     ap.add_argument("--json", default=None, help="also write all rows here (bench, case, value, unit, ratio, vs)")
     args = ap.parse_args(argv)
@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         ("bench_grpo", lambda m: m.run(updates=1 if q else 3)),
         ("bench_eval", lambda m: m.run(episodes=20 if q else 60, model_episodes=4 if q else 16)),
+        ("bench_play", lambda m: m.run(episodes=24 if q else 150)),
         ("bench_bon", lambda m: m.run(episodes=8 if q else 24, max_new_tokens=120 if q else 160)),
     ]
     if args.only:

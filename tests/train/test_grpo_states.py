@@ -111,6 +111,29 @@ def test_worker_processes_collect_the_same_states_in_the_same_order():
         OnPolicyConfig(workers=0)
 
 
+def test_states_come_in_lockstep_batch_order_however_many_episodes_are_in_play():
+    from embodied_rft.evaluate.policy import PolicySpec
+
+    eps = list(tc.episodes(n=7))
+    index = {ep["episode_id"]: i for i, ep in enumerate(eps)}
+
+    def key(sample: dict) -> tuple[int, int, int]:  # lockstep batches of 3: batch, planner call, episode
+        ep, call = sample["sample_id"].split(":call")
+        return index[ep] // 3, int(call), index[ep]
+
+    spec = PolicySpec("random", seed=5)
+    ref, summary = collect_states(spec, eps, PROMPT, LIMITS, batch_size=3)
+    assert len(ref) > 10 and [key(s) for s in ref] == sorted(key(s) for s in ref)
+    assert len({key(s)[1] for s in ref}) > 2  # episodes ran several planner calls: the order is not trivial
+    for inflight, workers in ((1, 1), (5, 1), (7, 1), (2, 2)):
+        got, s2 = collect_states(spec, eps, PROMPT, LIMITS, batch_size=3, workers=workers, inflight=inflight)
+        assert [x["sample_id"] for x in got] == [x["sample_id"] for x in ref], (inflight, workers)
+        assert [x["label"] for x in got] == [x["label"] for x in ref]
+        assert {k: v for k, v in s2.items() if k != "time_s"} == {k: v for k, v in summary.items() if k != "time_s"}
+    with pytest.raises(ConfigError, match="grpo.onpolicy.inflight"):
+        OnPolicyConfig(inflight=-1)
+
+
 def test_mix_keeps_every_state_and_adds_decomposed_prompts_to_the_fraction():
     states = [{"sample_id": f"s{i}"} for i in range(10)]
     dec = [{"sample_id": f"d{i}"} for i in range(100)]

@@ -29,6 +29,12 @@ class GenerationConfig:
     top_p: float = 1.0
     # prompts per forward batch (hf); vLLM schedules its own batches
     batch_size: int = 8
+    # fast: a batch's prompts are prefilled in up to this many length buckets instead of all padded to the
+    # longest (1 = one padded batch); the values agree up to float rounding, greedy answers agree (tested)
+    prefill_buckets: int = 1
+    # fast: reuse the keys/values of the previous call's prompts for a prompt that extends one of them
+    # (generation/prefix.py: an episode's next planner prompt); for fixed weights, e.g. interactive play
+    prefix_cache: bool = False
     # base seed of the sampler (torch.manual_seed for hf, SamplingParams.seed for vllm)
     seed: int = 0
     # weights dtype: auto (checkpoint's own; float32 on CPU for hf) | float32 | bfloat16 | float16
@@ -49,6 +55,7 @@ class GenerationConfig:
         check(0.0 <= self.temperature <= 5.0, "temperature", f"must be in [0, 5] (0 = greedy), got {self.temperature}")
         check(0.0 < self.top_p <= 1.0, "top_p", f"must be in (0, 1], got {self.top_p}")
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        check(self.prefill_buckets >= 1, "prefill_buckets", f"must be >= 1, got {self.prefill_buckets}")
         check(
             0.0 < self.gpu_memory_utilization <= 1.0,
             "gpu_memory_utilization",

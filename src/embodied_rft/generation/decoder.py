@@ -247,9 +247,31 @@ class DecoderLM:
         return ids, valid, lens, positions, mask.unsqueeze(1)
 
     # ---- sampling: prefill + in-place decode -------------------------------------------------------
-    def prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, PromptKV, torch.Tensor]:
-        """Run the prompts (left-padded) once; returns last-position logits [P, V], their keys/values and each
-        prompt's length [P]."""
+    def prefill(self, prompts: list[list[int]], max_buckets: int = 1) -> tuple[torch.Tensor, PromptKV, torch.Tensor]:
+        """Run the prompts once; returns last-position logits [P, V], their keys/values (left-padded to the longest
+        prompt) and each prompt's length [P].
+
+        ``max_buckets > 1`` runs prompts of unequal lengths in up to that many length buckets
+        (:func:`length_buckets`), so a short prompt is not padded to the longest one's width; the results come back
+        in input order. The values are the same up to float rounding (the attention sums run over another width):
+        greedy answers agree with one padded batch's (tested), sampled ones may differ in the last bits' draws."""
+        groups = length_buckets([len(p) for p in prompts], max_buckets) if max_buckets > 1 else []
+        if len(groups) <= 1:
+            return self._prefill_padded(prompts)
+        parts = [self._prefill_padded([prompts[i] for i in g]) for g in groups]
+        order = [i for g in groups for i in g]
+        inv = torch.empty(len(order), dtype=torch.long)
+        inv[torch.tensor(order)] = torch.arange(len(order))
+        inv = inv.to(self.device)
+        kv = PromptKV.concat([p[1] for p in parts])
+        return (
+            torch.cat([p[0] for p in parts])[inv],
+            PromptKV([t[inv] for t in kv.k_t], [t[inv] for t in kv.v], kv.bias[inv]),
+            torch.cat([p[2] for p in parts])[inv],
+        )
+
+    def _prefill_padded(self, prompts: list[list[int]]) -> tuple[torch.Tensor, PromptKV, torch.Tensor]:
+        """:meth:`prefill` of one batch, every prompt left-padded to the longest."""
         dev = self.device
         P = len(prompts)
         ids, valid, lens, positions, mask = self._left_padded(prompts)
@@ -266,6 +288,52 @@ class DecoderLM:
             x = x + self._mlp(layer, _rms(x, layer.post_attention_layernorm))
         bias = torch.zeros((P, width), dtype=x.dtype, device=dev).masked_fill(~valid, float("-inf"))
         return self.norm_logits(x[:, -1]), PromptKV(ks, vs, bias), lens
+
+    def prefill_extend(
+        self,
+        prefix_k: list[torch.Tensor],
+        prefix_v: list[torch.Tensor],
+        prefix_lens: torch.Tensor,
+        suffixes: list[list[int]],
+    ) -> tuple[torch.Tensor, PromptKV, torch.Tensor]:
+        """:meth:`prefill` of prompts whose first tokens were prefilled before: only the ``suffixes`` run, attending
+        to the prefixes' keys/values. ``prefix_k`` / ``prefix_v``: per layer ``[P, kv_heads, Lw, head_dim]`` with
+        row i's ``prefix_lens[i] >= 1`` keys/values right-aligned (left-padded). Returns the whole prompts'
+        last-position logits, keys/values (prefix then suffix, contiguous; shorter suffixes leave padding columns
+        at the end, masked by the bias like any padding) and lengths, as :meth:`prefill` would up to float
+        rounding."""
+        dev = self.device
+        P, Lw = len(suffixes), prefix_k[0].shape[2]
+        S = max(len(t) for t in suffixes)
+        ids = torch.zeros((P, S), dtype=torch.long)
+        s_len = torch.tensor([len(t) for t in suffixes], dtype=torch.long)
+        for i, t in enumerate(suffixes):
+            ids[i, : len(t)] = torch.tensor(t, dtype=torch.long)
+        ids, s_len, p_len = ids.to(dev), s_len.to(dev), prefix_lens.to(dev)
+        cols = torch.arange(S, device=dev)
+        s_valid = cols.unsqueeze(0) < s_len.unsqueeze(1)  # [P, S]; suffixes right-padded
+        p_valid = torch.arange(Lw, device=dev).unsqueeze(0) >= (Lw - p_len).unsqueeze(1)  # [P, Lw]
+        positions = p_len.unsqueeze(1) + cols.unsqueeze(0)
+        causal = torch.ones((S, S), dtype=torch.bool, device=dev).tril()
+        # a padding query sees the prefix and the real suffix: never used, softmax finite
+        s_mask = causal.unsqueeze(0) & s_valid.unsqueeze(1)  # [P, S(query), S(key)]
+        mask = torch.cat([p_valid.unsqueeze(1).expand(P, S, Lw), s_mask], dim=2).unsqueeze(1)
+        x = self._inner.embed_tokens(ids)
+        cos, sin = self._cos_sin(x, positions)
+        ks, vs = [], []
+        for li, layer in enumerate(self.layers):
+            h = _rms(x, layer.input_layernorm)
+            q, k, v = self._qkv(layer, h, cos, sin)
+            k = torch.cat([prefix_k[li], k], dim=2)
+            v = torch.cat([prefix_v[li], v], dim=2)
+            ks.append(k.transpose(-1, -2).contiguous())
+            vs.append(v.contiguous())
+            x = x + self._out(layer, self._attend(q, k, v, mask))
+            x = x + self._mlp(layer, _rms(x, layer.post_attention_layernorm))
+        valid = torch.cat([p_valid, s_valid], dim=1)
+        bias = torch.zeros(valid.shape, dtype=x.dtype, device=dev).masked_fill(~valid, float("-inf"))
+        last = x[torch.arange(P, device=dev), s_len - 1]
+        return self.norm_logits(last), PromptKV(ks, vs, bias), p_len + s_len
 
     def gen_cache(self, capacity: int, columns: int, reps: int, *, zeroed: bool = False) -> GenCache:
         """An empty cache (no live rows) for up to ``capacity`` rows of ``reps`` samples per prompt and ``columns``

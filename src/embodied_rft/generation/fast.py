@@ -23,6 +23,7 @@ from .base import Completion
 from .config import GenerationConfig
 from .decoder import DecoderLM, config_unsupported_reason, unsupported_reason
 from .hf import HFGenerator
+from .prefix import PrefixCache
 from .sampler import FastSampler
 
 
@@ -43,7 +44,13 @@ class FastGenerator(HFGenerator):
         why = unsupported_reason(self.model)
         if why is not None or self.processor is not None:
             raise ValueError(f"generation.backend=fast: {why or 'vision-language models use hf or vllm'}")
-        self.sampler = FastSampler(DecoderLM(self.model))
+        self.sampler = FastSampler(DecoderLM(self.model), prefill_buckets=cfg.prefill_buckets)
+        self.prefix = PrefixCache() if cfg.prefix_cache else None
+
+    def complete(self, batch: Any, images: Any = None, **kw: Any) -> list[list[Completion]]:
+        if self.prefix is not None:
+            self.prefix.next_call()  # prompts can extend the previous call's
+        return super().complete(batch, images, **kw)
 
     def _generate_batch(
         self,
@@ -67,6 +74,7 @@ class FastGenerator(HFGenerator):
             eos_ids=self.eos_ids,
             seed=seed,
             should_stop=should_stop,
+            prefix=self.prefix,
         )
         return [
             [

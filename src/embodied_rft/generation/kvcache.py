@@ -60,7 +60,12 @@ class PromptKV:
 
     def cat(self, other: PromptKV) -> PromptKV:
         """These prompts followed by ``other``'s, left-padded to the wider of the two."""
-        w = max(self.width, other.width)
+        return PromptKV.concat([self, other])
+
+    @staticmethod
+    def concat(parts: list[PromptKV]) -> PromptKV:
+        """The prompts of ``parts`` in order, each part left-padded to the widest (zero keys/values, −inf bias)."""
+        w = max(kv.width for kv in parts)
 
         def pad(kv: PromptKV) -> PromptKV:
             d = w - kv.width
@@ -72,11 +77,13 @@ class PromptKV:
                 F.pad(kv.bias, (d, 0), value=float("-inf")),
             )
 
-        a, b = pad(self), pad(other)
+        if len(parts) == 1:
+            return parts[0]
+        padded = [pad(kv) for kv in parts]
         return PromptKV(
-            [torch.cat(x) for x in zip(a.k_t, b.k_t)],
-            [torch.cat(x) for x in zip(a.v, b.v)],
-            torch.cat([a.bias, b.bias]),
+            [torch.cat(x) for x in zip(*(kv.k_t for kv in padded))],
+            [torch.cat(x) for x in zip(*(kv.v for kv in padded))],
+            torch.cat([kv.bias for kv in padded]),
         )
 
 

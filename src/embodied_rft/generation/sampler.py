@@ -23,6 +23,8 @@ How, and why each part (measured in ``bench/bench_sampler.py``):
    with ``seed``, one per output row and step, so a call is a pure function of its inputs (a resumed GRPO run
    samples what the killed one would have; when rows are dropped does not matter) and the global RNG is
    untouched.
+5. with ``prefill_buckets > 1`` the prompts admitted together are prefilled in up to that many length buckets
+   (``DecoderLM.prefill``) instead of all padded to the longest: the same values up to float rounding.
 ``temperature == 0`` is greedy: argmax, one row per prompt, repeated ``n`` times; its log-probs are at T = 1.
 """
 
@@ -35,6 +37,7 @@ import torch
 
 from .base import GenerationCancelled
 from .decoder import DecoderLM
+from .prefix import PrefixCache
 
 
 @dataclass
@@ -76,7 +79,9 @@ def prompt_seed(seed: int, index: int) -> int:
 class FastSampler:
     """Samples from a :class:`DecoderLM` (see the module docstring)."""
 
-    def __init__(self, lm: DecoderLM, *, compact_at: float = 0.75, max_rows: int | None = None) -> None:
+    def __init__(
+        self, lm: DecoderLM, *, compact_at: float = 0.75, max_rows: int | None = None, prefill_buckets: int = 1
+    ) -> None:
         if not 0.0 < compact_at <= 1.0:
             raise ValueError(f"compact_at must be in (0, 1], got {compact_at}")
         if max_rows is not None and max_rows < 1:
@@ -84,6 +89,9 @@ class FastSampler:
         self.lm = lm
         self.compact_at = compact_at
         self.max_rows = max_rows
+        if prefill_buckets < 1:
+            raise ValueError(f"prefill_buckets must be >= 1, got {prefill_buckets}")
+        self.prefill_buckets = prefill_buckets
 
     @torch.inference_mode()
     def sample(
@@ -97,7 +105,9 @@ class FastSampler:
         eos_ids: Iterable[int],
         seed: int = 0,
         should_stop: Callable[[], bool] | None = None,
+        prefix: PrefixCache | None = None,
     ) -> Samples:
+        """``prefix``: prefill through this :class:`~.prefix.PrefixCache` (reusing earlier calls' prompt prefixes)."""
         if not prompts:
             return Samples([], [])
         if n < 1 or max_new_tokens < 1:
@@ -142,7 +152,11 @@ class FastSampler:
             if k <= 0:
                 return None
             first = state["next"]
-            logits, kv, lens = lm.prefill([list(prompts[p]) for p in range(first, first + k)])
+            batch = [list(prompts[p]) for p in range(first, first + k)]
+            if prefix is not None:
+                logits, kv, lens = prefix.prefill(lm, batch, self.prefill_buckets)
+            else:
+                logits, kv, lens = lm.prefill(batch, self.prefill_buckets)
             base = 0 if state["kv"] is None else state["kv"].prompts
             state["kv"] = kv if state["kv"] is None else state["kv"].cat(kv)
             state["next"] = first + k

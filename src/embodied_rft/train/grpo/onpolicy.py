@@ -12,9 +12,13 @@ the interactive evaluation builds it, and a label whose gold plan is the symboli
 state (``world.planner.plan_for``), so the paper's reward scores it unchanged. A state the planner cannot
 finish from (an object sliced or moved past repair) yields no sample and is counted.
 
-How: the episodes run in lockstep batches with EB's execution rules (``evaluate.episode.EpisodeRun``); every
-state is recorded before the policy answers, then the answer is executed. The states are written atomically
-next to the run's checkpoints with the inputs' fingerprint, so a resumed GRPO run reuses them.
+How: the episodes run with EB's execution rules (``evaluate.episode.EpisodeRun``), ``inflight`` of them at a time
+per process, each round one generation call for every live episode, and an episode that ends replaced by the next;
+every state is recorded before the policy answers, then the answer is executed. The states are sorted into the
+order lockstep batches of ``batch_size`` episodes record them, so how many episodes are in play, and in how many
+processes, changes the speed only. The stage's policy prefills each prompt from where its episode's previous
+prompt ends (``generation/prefix.py``). The states are written atomically next to the run's checkpoints with the
+inputs' fingerprint, so a resumed GRPO run reuses them.
 
 Measured on the tiny default (seed 1, 96 training episodes, 168 s on 2 cores): 972 states, 785 of them right
 after a failed action. The paper's filter rejected all of the first 64 (C_x = 0: the SFT policy never produced
@@ -38,7 +42,7 @@ from embodied_rft.core.atomic import write_json_atomic, write_jsonl_atomic
 from embodied_rft.data.decompose import sample_record
 from embodied_rft.data.jsonl import DataError, iter_jsonl
 from embodied_rft.data.prompt import PromptConfig
-from embodied_rft.progress import progress
+from embodied_rft.progress import bar
 from embodied_rft.world.actions import N_GLOBAL
 
 log = logging.getLogger(__name__)
@@ -56,14 +60,18 @@ class OnPolicyConfig:
     episodes: int = 0
     # Share of the GRPO prompts taken from those states; the rest are decomposed prompts (1.0 = states only).
     fraction: float = 1.0
-    # Episodes played together (one generation batch per round).
+    # The states are recorded in the order lockstep batches of this many episodes give them (batch, planner
+    # call, episode): part of the states' identity, since the order feeds the seeded prompt mix.
     batch_size: int = 48
+    # Episodes in play at once per process, each replaced by the next as it ends (0 = batch_size). Speed only:
+    # the states and their order do not depend on it, so it is not part of the states' cache key.
+    inflight: int = 0
     # New-token cap of the policy's answers while collecting (0 = grpo.max_new_tokens).
     max_new_tokens: int = 0
     # Seed of the choice of episodes.
     seed: int = 0
-    # Processes playing the batches (1 = in the stage's process). Each gets its share of the cores; the states do
-    # not depend on it (batches are merged in order), so it is not part of the states' cache key.
+    # Processes playing the episodes (1 = in the stage's process), each every workers-th episode and its share of the
+    # cores; the states and their order do not depend on it, so it is not part of the states' cache key.
     workers: int = 1
     # Keep only the states right after a failed action (ReGRPO's on-policy failure states; docs/regrpo.md §5).
     failed_only: bool = False
@@ -73,6 +81,7 @@ class OnPolicyConfig:
         check(0.0 < self.fraction <= 1.0, "grpo.onpolicy.fraction", f"must be in (0, 1]; got {self.fraction}")
         check(self.batch_size >= 1, "grpo.onpolicy.batch_size", f"must be >= 1; got {self.batch_size}")
         check(self.max_new_tokens >= 0, "grpo.onpolicy.max_new_tokens", "must be >= 0 (0 = grpo.max_new_tokens)")
+        check(self.inflight >= 0, "grpo.onpolicy.inflight", f"must be >= 0 (0 = batch_size); got {self.inflight}")
         check(self.workers >= 1, "grpo.onpolicy.workers", f"must be >= 1; got {self.workers}")
 
 
@@ -106,34 +115,53 @@ def state_sample(run: Any) -> dict | None:
     return sample
 
 
-def _collect_batch(policy: Any, episodes: Sequence[dict], prompt_cfg: PromptConfig, limits: Any):
-    """Play ``episodes`` in lockstep; returns (samples, end reasons, unplannable states)."""
+def _play(
+    policy: Any,
+    episodes: Sequence[tuple[int, dict]],
+    prompt_cfg: PromptConfig,
+    limits: Any,
+    batch_size: int,
+    inflight: int,
+):
+    """Play ``episodes`` (``(index in the whole list, episode)`` pairs), ``inflight`` at a time: every round sends
+    each live episode's prompt in one ``policy.plan`` call, and an episode that ends is replaced by the next one.
+    Returns ((order key, sample) pairs, end reasons, unplannable states); the key sorts the samples as lockstep
+    batches of ``batch_size`` episodes record them (batch, planner call, episode)."""
+    from collections import deque
+
     from embodied_rft.evaluate.episode import EpisodeRun
 
-    samples: list[dict] = []
+    keyed: list[tuple[tuple[int, int, int], dict]] = []
     ends: dict[str, int] = {}
     unplannable = 0
-    active = [EpisodeRun(ep, prompt_cfg, limits) for ep in episodes]
-    while active:
+    waiting = deque(episodes)
+    active: list[tuple[int, Any]] = []
+    done = bar(len(episodes), "on-policy episodes", "episode")
+    while waiting or active:
+        while waiting and len(active) < inflight:
+            i, ep = waiting.popleft()
+            active.append((i, EpisodeRun(ep, prompt_cfg, limits)))
         prompts = []
-        for run in active:
+        for i, run in active:
             s = state_sample(run)
             if s is None:
                 unplannable += 1
                 prompts.append(run.messages())
             else:
-                samples.append(s)
+                keyed.append(((i // batch_size, run.planner_calls, i), s))
                 prompts.append(s["prompt"])  # the same messages the run would build
-        responses = policy.plan(prompts, None, [r.context() for r in active])
+        responses = policy.plan(prompts, None, [r.context() for _, r in active])
         still = []
-        for run, text in zip(active, responses, strict=True):
+        for (i, run), text in zip(active, responses, strict=True):
             run.apply(text if isinstance(text, str) else "")
             if run.done:
                 ends[run.end_reason] = ends.get(run.end_reason, 0) + 1
+                done.update(1)
             else:
-                still.append(run)
+                still.append((i, run))
         active = still
-    return samples, ends, unplannable
+    done.close()
+    return keyed, ends, unplannable
 
 
 _WORKER: dict[str, Any] = {}
@@ -146,52 +174,63 @@ def _init_worker(spec: Any, prompt_cfg: PromptConfig, limits: Any, threads: int)
     _WORKER.update(policy=spec.build(), prompt_cfg=prompt_cfg, limits=limits)
 
 
-def _worker_batch(episodes: list[dict]):
-    return _collect_batch(_WORKER["policy"], episodes, _WORKER["prompt_cfg"], _WORKER["limits"])
+def _worker_play(args: tuple[list[tuple[int, dict]], int, int]):
+    episodes, batch_size, inflight = args
+    return _play(_WORKER["policy"], episodes, _WORKER["prompt_cfg"], _WORKER["limits"], batch_size, inflight)
 
 
 def collect_states(
-    policy: Any, episodes: Sequence[dict], prompt_cfg: PromptConfig, limits: Any, batch_size: int, workers: int = 1
+    policy: Any,
+    episodes: Sequence[dict],
+    prompt_cfg: PromptConfig,
+    limits: Any,
+    batch_size: int,
+    workers: int = 1,
+    inflight: int = 0,
 ) -> tuple[list[dict], dict[str, Any]]:
     """Play ``episodes`` with ``policy`` and return (one sample per planner call, a summary).
 
-    ``workers > 1`` plays the batches in that many spawned processes (``policy`` must then be a picklable spec
-    with ``build()``, e.g. :class:`~embodied_rft.evaluate.policy.PolicySpec`), each with its share of the cores;
-    results are merged in batch order, so the samples do not depend on the number of workers."""
+    The samples come in the order lockstep batches of ``batch_size`` episodes record them: batch by batch, within
+    a batch planner call by planner call, within a call in episode order. How the episodes are actually played
+    does not change that order: ``inflight`` episodes at a time (0 = ``batch_size``), each replaced by the next as
+    it ends, so every generation call stays full; ``workers > 1`` splits the episodes (every ``workers``-th) over
+    that many spawned processes (``policy`` must then be a picklable spec with ``build()``, e.g.
+    :class:`~embodied_rft.evaluate.policy.PolicySpec`), each with its share of the cores."""
     if prompt_cfg.observation == "image":
         raise ValueError(
             "grpo.onpolicy: image observations are not supported yet (the states would need their frames saved)"
         )
     t0 = time.perf_counter()
-    batches = [list(episodes[i : i + batch_size]) for i in range(0, len(episodes), batch_size)]
-    if workers > 1 and len(batches) > 1:
+    inflight = inflight or batch_size
+    indexed = list(enumerate(episodes))
+    n = min(workers, len(indexed))
+    if n > 1:
         if not hasattr(policy, "build"):
             raise TypeError("collect_states(workers > 1): pass a policy spec with build(), not a built policy")
         import multiprocessing as mp
         import os
 
-        n = min(workers, len(batches))
         threads = max(1, (os.cpu_count() or 1) // n)
+        shares = [(indexed[w::n], batch_size, inflight) for w in range(n)]
         with mp.get_context("spawn").Pool(n, _init_worker, (policy, prompt_cfg, limits, threads)) as pool:
-            parts = list(progress(pool.imap(_worker_batch, batches), total=len(batches), desc="on-policy states"))
+            parts = pool.map(_worker_play, shares)
     else:
         built = policy.build() if hasattr(policy, "build") else policy
         try:
-            parts = [
-                _collect_batch(built, b, prompt_cfg, limits)
-                for b in progress(batches, desc="on-policy states", unit="batch")
-            ]
+            parts = [_play(built, indexed, prompt_cfg, limits, batch_size, inflight)]
         finally:
             if built is not policy and hasattr(built, "close"):
                 built.close()
-    samples: list[dict] = []
+    keyed: list[tuple[tuple[int, int, int], dict]] = []
     ends: dict[str, int] = {}
     unplannable = 0
     for got, e, u in parts:
-        samples.extend(got)
+        keyed.extend(got)
         for k, v in e.items():
             ends[k] = ends.get(k, 0) + v
         unplannable += u
+    keyed.sort(key=lambda kv: kv[0])
+    samples = [s for _, s in keyed]
     summary = {
         "episodes": len(episodes),
         "success": ends.get("success", 0),

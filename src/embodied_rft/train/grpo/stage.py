@@ -145,17 +145,21 @@ def _onpolicy_states(ctx, gcfg: GRPOConfig, policy_dir: str) -> tuple[list[dict]
         gen_cfg = GenerationConfig(
             backend="fast" if fast else "hf",
             max_new_tokens=max_new_tokens,
-            batch_size=oc.batch_size,
+            batch_size=oc.inflight or oc.batch_size,  # each round's prompts in one generation call
+            prefill_buckets=4,
+            prefix_cache=True,  # an episode's next prompt extends its last one
             temperature=0.0,
             seed=gcfg.seed,
         )
         episodes = choose_episodes(episodes_path, oc.episodes, oc.seed)
         if oc.workers > 1:  # each worker process builds the policy itself
             spec = PolicySpec("model", str(policy_dir), gen_cfg, gcfg.seed)
-            return collect_states(spec, episodes, prompt_cfg, limits, oc.batch_size, workers=oc.workers)
+            return collect_states(
+                spec, episodes, prompt_cfg, limits, oc.batch_size, workers=oc.workers, inflight=oc.inflight
+            )
         gen = make_generator(policy_dir, gen_cfg)
         try:
-            return collect_states(ModelPolicy(gen), episodes, prompt_cfg, limits, oc.batch_size)
+            return collect_states(ModelPolicy(gen), episodes, prompt_cfg, limits, oc.batch_size, inflight=oc.inflight)
         finally:
             gen.close()
 
