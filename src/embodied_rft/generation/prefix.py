@@ -16,13 +16,13 @@ How: the keys/values of every prompt prefilled in the current call are kept unti
 (a chain of hashes over blocks of :attr:`PrefixCache.block` tokens, then token by token), and reuses it when the
 match has at least :attr:`PrefixCache.min_reuse` tokens. Weights that changed in place since a prompt was stored
 (an optimiser step) drop the store, so a stale prefix is never read. Use it where the weights stay fixed for
-many calls — the on-policy play, evaluation — not for sampled GRPO rollouts, whose prompts rarely repeat.
+many calls — the on-policy play, evaluation — not for sampled GRPO rollouts: their prompts rarely extend one
+another, and a rounding change there moves an occasional sampled draw.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -146,9 +146,6 @@ class PrefixCache:
             stored = _Stored(list(p), kv, i, starts[i])
             for b, h in enumerate(self._chain(stored.ids)):
                 self._current.setdefault(h, (stored, (b + 1) * self.block))
-
-    def stats(self) -> dict[str, Any]:
-        return {"prompt_tokens": self.prompt_tokens, "reused_tokens": self.reused_tokens}
 
 
 __all__ = ["PrefixCache"]
