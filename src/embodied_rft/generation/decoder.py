@@ -158,6 +158,21 @@ def length_buckets(lengths: list[int], max_buckets: int = 3, overhead: int = 48)
     return groups
 
 
+def merge_prefills(
+    groups: list[list[int]], parts: list[tuple[torch.Tensor, PromptKV, torch.Tensor]]
+) -> tuple[torch.Tensor, PromptKV, torch.Tensor]:
+    """One prefill result (logits, keys/values, lengths) in input order from ``parts``, the prefills of the prompts
+    ``groups`` index (part j holds prompts ``groups[j]`` in that order)."""
+    logits = torch.cat([p[0] for p in parts])
+    kv = PromptKV.concat([p[1] for p in parts])
+    lens = torch.cat([p[2] for p in parts])
+    order = [i for g in groups for i in g]
+    if order == list(range(len(order))):
+        return logits, kv, lens
+    inv = torch.tensor(order, device=logits.device).argsort()
+    return logits[inv], PromptKV([t[inv] for t in kv.k_t], [t[inv] for t in kv.v], kv.bias[inv]), lens[inv]
+
+
 class DecoderLM:
     """The functional view of one causal LM (see the module docstring)."""
 
@@ -258,17 +273,7 @@ class DecoderLM:
         groups = length_buckets([len(p) for p in prompts], max_buckets) if max_buckets > 1 else []
         if len(groups) <= 1:
             return self._prefill_padded(prompts)
-        parts = [self._prefill_padded([prompts[i] for i in g]) for g in groups]
-        order = [i for g in groups for i in g]
-        inv = torch.empty(len(order), dtype=torch.long)
-        inv[torch.tensor(order)] = torch.arange(len(order))
-        inv = inv.to(self.device)
-        kv = PromptKV.concat([p[1] for p in parts])
-        return (
-            torch.cat([p[0] for p in parts])[inv],
-            PromptKV([t[inv] for t in kv.k_t], [t[inv] for t in kv.v], kv.bias[inv]),
-            torch.cat([p[2] for p in parts])[inv],
-        )
+        return merge_prefills(groups, [self._prefill_padded([prompts[i] for i in g]) for g in groups])
 
     def _prefill_padded(self, prompts: list[list[int]]) -> tuple[torch.Tensor, PromptKV, torch.Tensor]:
         """:meth:`prefill` of one batch, every prompt left-padded to the longest."""
@@ -536,6 +541,7 @@ __all__ = [
     "config_unsupported_reason",
     "decoder_for",
     "length_buckets",
+    "merge_prefills",
     "supports",
     "unsupported_reason",
 ]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .decoder import DecoderLM, length_buckets
+from .decoder import DecoderLM, length_buckets, merge_prefills
 from .kvcache import PromptKV
 
 
@@ -66,10 +66,11 @@ class PrefixCache:
             out.append(h)
         return out
 
-    def _match(self, ids: list[int]) -> tuple[_Stored, int] | None:
-        """The stored prompt sharing the longest prefix with ``ids`` and that prefix's length (< len(ids))."""
+    def _match(self, ids: list[int], chain: list[int]) -> tuple[_Stored, int] | None:
+        """The stored prompt sharing the longest prefix with ``ids`` (whose block hashes are ``chain``) and that
+        prefix's length (< len(ids))."""
         found = None
-        for h in self._chain(ids):
+        for h in chain:
             hit = self._previous.get(h) or self._current.get(h)
             if hit is None:
                 break
@@ -95,7 +96,9 @@ class PrefixCache:
     ) -> tuple[torch.Tensor, PromptKV, torch.Tensor]:
         """``lm.prefill(prompts, max_buckets)``, reusing stored prefixes; the prompts are stored in turn."""
         self._check_weights(lm)
-        matches = [self._match(list(p)) for p in prompts]
+        prompts = [list(p) for p in prompts]
+        chains = [self._chain(p) for p in prompts]
+        matches = [self._match(p, c) for p, c in zip(prompts, chains, strict=True)]
         hits = [i for i, m in enumerate(matches) if m is not None and m[1] >= self.min_reuse]
         hit_set = set(hits)
         misses = [i for i in range(len(prompts)) if i not in hit_set]
@@ -103,24 +106,16 @@ class PrefixCache:
         parts: list[tuple[torch.Tensor, PromptKV, torch.Tensor]] = []
         if misses:
             groups.append(misses)
-            parts.append(lm.prefill([list(prompts[i]) for i in misses], max_buckets))
+            parts.append(lm.prefill([prompts[i] for i in misses], max_buckets))
         suffix_lens = [len(prompts[i]) - matches[i][1] for i in hits]  # type: ignore[index]
         for g in length_buckets(suffix_lens, max_buckets) if hits else []:
             rows = [hits[j] for j in g]
             groups.append(rows)
-            parts.append(self._extend(lm, [(list(prompts[i]), *matches[i]) for i in rows]))  # type: ignore[misc]
-        order = [i for g in groups for i in g]
-        kv = PromptKV.concat([p[1] for p in parts])
-        logits, lens = torch.cat([p[0] for p in parts]), torch.cat([p[2] for p in parts])
-        if order != list(range(len(order))):
-            inv = torch.empty(len(order), dtype=torch.long)
-            inv[torch.tensor(order)] = torch.arange(len(order))
-            inv = inv.to(logits.device)
-            logits, lens = logits[inv], lens[inv]
-            kv = PromptKV([t[inv] for t in kv.k_t], [t[inv] for t in kv.v], kv.bias[inv])
+            parts.append(self._extend(lm, [(prompts[i], *matches[i]) for i in rows]))  # type: ignore[misc]
+        logits, kv, lens = merge_prefills(groups, parts)
         self.prompt_tokens += sum(len(p) for p in prompts)
         self.reused_tokens += sum(matches[i][1] for i in hits)  # type: ignore[index]
-        self._store(prompts, kv)
+        self._store(prompts, chains, kv)
         return logits, kv, lens
 
     def _extend(self, lm: DecoderLM, rows: list[tuple[list[int], _Stored, int]]):
@@ -140,11 +135,11 @@ class PrefixCache:
         lens = torch.tensor([n for _, _, n in rows], dtype=torch.long)
         return lm.prefill_extend(ks, vs, lens, [ids[n:] for ids, _, n in rows])
 
-    def _store(self, prompts: list[list[int]], kv: PromptKV) -> None:
+    def _store(self, prompts: list[list[int]], chains: list[list[int]], kv: PromptKV) -> None:
         starts = torch.isfinite(kv.bias).to(torch.int8).argmax(dim=1).tolist()  # each row's tokens are contiguous
-        for i, p in enumerate(prompts):
-            stored = _Stored(list(p), kv, i, starts[i])
-            for b, h in enumerate(self._chain(stored.ids)):
+        for i, (p, chain) in enumerate(zip(prompts, chains, strict=True)):
+            stored = _Stored(p, kv, i, starts[i])
+            for b, h in enumerate(chain):
                 self._current.setdefault(h, (stored, (b + 1) * self.block))
 
 
