@@ -171,3 +171,26 @@ def test_arms_run_on_different_seeds_are_named_by_seed_and_compared_where_both_r
     assert near["comparisons"]["rot vs plain (free)"]["p_mcnemar_per_seed"] == [round(2 * 0.5**17, 6)]
     assert "| s1 +56.7 (1.5e-05) |" in render(near)
     assert "| rot vs plain (free) | s0 +100.0 (<1e-6) | 0 | 30 | +100.0 | <1e-6 |" in render(far)
+
+
+def test_the_rl_arms_differ_only_in_the_reward_and_each_override_composes():
+    from embodied_rft.params import compose, section_configs
+    from embodied_rft.tools.regrpo_seeds import ARMS, DEFAULT_ARMS, RECIPE, RL
+
+    assert ARMS["paper"] == RL
+    assert ARMS["regrpo"] == [*RL, "reward=regrpo", "reward.regrpo.success=executed"]
+    assert ARMS["regrpo_eta0"] == [*ARMS["regrpo"], "reward.regrpo.eta=0.0"]
+    assert ARMS["regrpo_offline"] == [*RL, "reward=regrpo"]
+    assert {"regrpo_offline", "regrpo_anchored"}.isdisjoint(DEFAULT_ARMS)
+    rewards = {}
+    for arm in ("paper", "regrpo", "regrpo_eta0", "regrpo_offline"):
+        cfg = compose("conf", [*RECIPE, *ARMS[arm]])
+        section_configs(cfg)  # every value builds its stage config
+        assert cfg["grpo"]["onpolicy"]["failed_only"] is True and cfg["grpo"]["kl_coef"] == 0.04
+        rewards[arm] = (cfg["reward"]["variant"], cfg["reward"]["regrpo"]["success"], cfg["reward"]["regrpo"]["eta"])
+    assert rewards == {
+        "paper": ("paper", "offline", 0.1),
+        "regrpo": ("regrpo", "executed", 0.1),
+        "regrpo_eta0": ("regrpo", "executed", 0.0),
+        "regrpo_offline": ("regrpo", "offline", 0.1),
+    }

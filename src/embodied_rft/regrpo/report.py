@@ -18,7 +18,7 @@ from typing import Any
 from ..evaluate.aggregate import mcnemar_exact, paired
 
 SFT_ARMS = ("plain", "rot", "shuffled")
-GRPO_ARMS = ("paper", "regrpo", "regrpo_eta0", "regrpo_anchored")
+GRPO_ARMS = ("paper", "regrpo", "regrpo_eta0", "regrpo_anchored", "regrpo_offline")
 # (a, b, mode): b against a on the same episodes
 COMPARISONS = (
     ("plain", "rot", "free"),
@@ -30,6 +30,8 @@ COMPARISONS = (
     ("paper", "regrpo_anchored", "regrpo"),
     ("paper", "regrpo_anchored", "free"),
     ("regrpo", "regrpo_anchored", "free"),
+    ("paper", "regrpo_offline", "regrpo"),
+    ("regrpo_offline", "regrpo", "free"),
 )
 RATES = {  # column -> (numerator source, denominator key in the interactive summary)
     "repeat_after_failure_rate": "failures_followed",

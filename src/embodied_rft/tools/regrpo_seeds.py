@@ -11,7 +11,8 @@ through the same entry points DVC calls (``python -m stages.<name>``):
   reasoning of the RoT samples: ``plain`` (the plain replanning reasoning), ``rot`` (the triple), ``shuffled``
   (each triple swapped with a length-matched one of another sample: the control);
 - the GRPO arms from the ``rot`` SFT policy, same prompts (on-policy failure states + RoT states) and budget:
-  ``paper`` (the paper's reward), ``regrpo`` (η = 0.1), ``regrpo_eta0`` (η = 0);
+  ``paper`` (the paper's reward), ``regrpo`` (η = 0.1, success executed from the prompt's state), ``regrpo_eta0``
+  (η = 0); not by default: ``regrpo_offline`` (success = the gold remaining plan) and ``regrpo_anchored``;
 - ``evaluate`` of each arm's model in each mode of ``--modes`` (``evaluate.reflection``).
 
 A stage is skipped when its metrics exist with unchanged parameters (``tools/seeds.py``'s stamps), and every stage
@@ -41,21 +42,27 @@ RECIPE = ["decompose.rot.enabled=true", "decompose.recovery_per_episode=2", "tea
 # On seed 0 it turned ReGRPO's recovery gap over the paper reward from -3.1 to +14.3 points (over seeds 0-2: -0.6); it
 # does not stop the drift off the clean held-out plans (docs/regrpo.md §8)
 RL = ["grpo.onpolicy.failed_only=true", "grpo.decomposed_prompts=recovery", "grpo.kl_coef=0.04"]
+# ReGRPO's success term as the paper defines it: the response's plan executed from the prompt's state reaches the goal
+# (any plan that does, not only the gold one; regrpo/execute.py). Until 2026-12-05 the arms scored the whole gold
+# remaining plan offline (accuracy_full): arm `regrpo_offline`
+REGRPO = [*RL, "reward=regrpo", "reward.regrpo.success=executed"]
 # what each arm changes
 ARMS = {
     "plain": ["teacher.rot.reflection=none"],
     "rot": ["teacher.rot.reflection=rot"],
     "shuffled": ["teacher.rot.reflection=shuffled"],
     "paper": [*RL],
-    "regrpo": [*RL, "reward=regrpo"],
-    "regrpo_eta0": [*RL, "reward=regrpo", "reward.regrpo.eta=0.0"],
+    "regrpo": [*REGRPO],
+    "regrpo_eta0": [*REGRPO, "reward.regrpo.eta=0.0"],
+    # the earlier recipe: success = the whole gold remaining plan, offline (not run by default)
+    "regrpo_offline": [*RL, "reward=regrpo"],
     # the released trainer's groups: each RoT state's group holds the correct answer, the reflection + correct answer,
     # the failed action again and a corrupted action beside G - 4 samples (regrpo/anchors.py). Not run by default
     # (--arms regrpo_anchored): on seed 0's valid_seen it broke the tiny policy's answers (0.4% success against 33.8%
     # for sampled groups; docs/experiments.md, 2026-12-04 (late night))
     "regrpo_anchored": [*RL, "reward=regrpo", "grpo.anchors=[correct,reflect,failed,corrupted]"],
 }
-DEFAULT_ARMS = [a for a in (*SFT_ARMS, *GRPO_ARMS) if a != "regrpo_anchored"]
+DEFAULT_ARMS = [a for a in (*SFT_ARMS, *GRPO_ARMS) if a not in ("regrpo_anchored", "regrpo_offline")]
 MODES = ("free", "regrpo")
 
 
