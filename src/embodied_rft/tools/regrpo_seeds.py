@@ -39,8 +39,9 @@ log = logging.getLogger(__name__)
 RECIPE = ["decompose.rot.enabled=true", "decompose.recovery_per_episode=2", "teacher.rot.clean_ratio=0.5"]
 # the RL arms' shared recipe: prompts from the RoT-SFT policy's on-policy failure states plus the RoT states, and the
 # algorithm's KL to the frozen reference (β = 0.04, the released RL config's value and DeepSeekMath's; paper: none).
-# On seed 0 it turned ReGRPO's recovery gap over the paper reward from -3.1 to +14.3 points (over seeds 0-2: -0.6); it
-# does not stop the drift off the clean held-out plans (docs/regrpo.md §8)
+# In the 12-03 rounds (offline success, the worlds before the planner fix) it turned seed 0's recovery gap of ReGRPO
+# over the paper reward from -3.1 to +14.3 points (over seeds 0-2: -0.6); it does not stop the drift off the clean
+# held-out plans (docs/regrpo.md §8)
 RL = ["grpo.onpolicy.failed_only=true", "grpo.decomposed_prompts=recovery", "grpo.kl_coef=0.04"]
 # ReGRPO's success term as the paper defines it: the response's plan executed from the prompt's state reaches the goal
 # (any plan that does, not only the gold one; regrpo/execute.py). Until 2026-12-05 the arms scored the whole gold
