@@ -98,6 +98,11 @@ def _record(success: dict[str, bool], repeat: tuple[int, int], recovered: tuple[
     return {"models": {"sft": {"interactive": {"overall": overall}, "episode_success": success}}}
 
 
+def _steps(kinds: dict[str, tuple[int, int, int]]) -> dict:
+    """A regrpo/steps.py result: per kind (calls, reflecting answers, reflection tokens)."""
+    return {"kinds": {k: {"calls": c, "reflecting": r, "reflection_tokens": t} for k, (c, r, t) in kinds.items()}}
+
+
 def test_the_table_pools_paired_outcomes_and_checks_the_issue_s_thresholds():
     eps = [f"e{i}" for i in range(10)]
     plain = {e: i < 4 for i, e in enumerate(eps)}  # solves e0-e3
@@ -110,6 +115,11 @@ def test_the_table_pools_paired_outcomes_and_checks_the_issue_s_thresholds():
             ("shuffled", "free"): _record(shuf, (38, 100), (22, 100)),
             ("regrpo", "free"): _record(rot, (25, 100), (35, 100), refl=(10, 50)),
             ("regrpo_eta0", "free"): _record(rot, (25, 100), (35, 100), refl=(100, 50)),
+            # held-out steps: η = 0.1 reflects on 2 of 50 after-success calls (7 + 9 tokens), η = 0 on 40 (400)
+            ("regrpo", "steps:valid_unseen"): _steps({"after_success": (50, 2, 16), "first": (10, 0, 0)}),
+            ("regrpo_eta0", "steps:valid_unseen"): _steps({"after_success": (50, 40, 400), "first": (10, 1, 5)}),
+            ("regrpo", "steps:valid_seen"): _steps({"after_success": (50, 30, 300)}),
+            ("regrpo_eta0", "steps:valid_seen"): _steps({"after_success": (50, 30, 300)}),
         }
         for s in (0, 1)
     }
@@ -124,14 +134,36 @@ def test_the_table_pools_paired_outcomes_and_checks_the_issue_s_thresholds():
     }
     assert summ["arms"]["rot/free"]["repeat_after_failure_rate_pooled"] == 0.25
     assert summ["comparisons"]["regrpo vs regrpo_eta0 (free)"]["reflection_tokens_after_success"] == [2.0, 0.2]
+    # the η check reads the held-out steps of the report's split, pooled over seeds: 32 / 100 against 800 / 100
+    assert summ["steps"]["valid_unseen"]["regrpo_eta0"]["pooled"] == {
+        "after_success": {"calls": 100, "reflecting": 80, "reflection_tokens": 800, "tokens_per_call": 8.0,
+                          "reflection_rate": 0.8},
+        "first": {"calls": 20, "reflecting": 2, "reflection_tokens": 10, "tokens_per_call": 0.5,
+                  "reflection_rate": 0.1},
+    }  # fmt: skip
+    assert summ["eta"]["regrpo vs regrpo_eta0 (steps, valid_unseen)"] == {
+        "seeds": [0, 1],
+        "tokens_per_call": [8.0, 0.32],
+        "reflection_rate": [0.8, 0.04],
+    }
+    assert summ["eta"]["regrpo vs regrpo_eta0 (steps, valid_seen)"]["tokens_per_call"] == [6.0, 6.0]
     assert summ["checks"] == {
         "rot_recovered_next_call_+10pts": True,
         "rot_repeat_after_failure_-10pts": True,
         "rot_success_not_lower_than_3pts": True,
         "shuffled_does_not_reproduce_the_gain": True,
-        "eta_reflection_tokens_after_success_<=20pct_of_eta0": True,
+        "regrpo_eta_reflection_tokens_after_success_<=20pct_of_eta0": True,
     }
+    # the check is the floor, at 20%: 8.0 -> 1.6 passes, 1.62 does not
+    at = {"regrpo vs regrpo_eta0 (steps, valid_unseen)": {"tokens_per_call": [8.0, 1.6]}}
+    assert checks({}, at) == {"regrpo_eta_reflection_tokens_after_success_<=20pct_of_eta0": True}
+    at["regrpo vs regrpo_eta0 (steps, valid_unseen)"]["tokens_per_call"] = [8.0, 1.62]
+    assert checks({}, at) == {"regrpo_eta_reflection_tokens_after_success_<=20pct_of_eta0": False}
+    at["regrpo vs regrpo_eta0 (steps, valid_unseen)"]["tokens_per_call"] = [0.0, 0.0]  # η = 0 never reflects: no check
+    assert checks({}, at) == {"regrpo_eta_reflection_tokens_after_success_<=20pct_of_eta0": None}
     table = render(summ)
+    assert "| valid_unseen | regrpo_eta0 | s0, s1 | 10.0 | 80.0 | 8.00 |" in table
+    assert "regrpo vs regrpo_eta0 (steps, valid_unseen) over s0, s1: 0.32 vs 8.00 reflection tokens" in table
     assert "| rot vs plain (free) | s0 +10.0 (1), s1 +10.0 (1) | 2 | 4 | +10.0 | 0.688 | -15.0 | +15.0 |" in table
     assert "| rot/free | s0 50.0, s1 50.0 | 50.0 |" in table
     assert checks({}) == {}
@@ -181,16 +213,22 @@ def test_the_rl_arms_differ_only_in_the_reward_and_each_override_composes():
     assert ARMS["regrpo"] == [*RL, "reward=regrpo", "reward.regrpo.success=executed"]
     assert ARMS["regrpo_eta0"] == [*ARMS["regrpo"], "reward.regrpo.eta=0.0"]
     assert ARMS["regrpo_offline"] == [*RL, "reward=regrpo"]
-    assert {"regrpo_offline", "regrpo_anchored"}.isdisjoint(DEFAULT_ARMS)
-    rewards = {}
-    for arm in ("paper", "regrpo", "regrpo_eta0", "regrpo_offline"):
+    assert DEFAULT_ARMS == ["plain", "rot", "shuffled", "paper", "regrpo", "regrpo_eta0"]
+    rewards, prompts = {}, {}
+    for arm in ("paper", "regrpo", "regrpo_eta0", "regrpo_offline", "paper_steps", "regrpo_steps", "regrpo_steps_eta0"):
         cfg = compose("conf", [*RECIPE, *ARMS[arm]])
         section_configs(cfg)  # every value builds its stage config
         assert cfg["grpo"]["onpolicy"]["failed_only"] is True and cfg["grpo"]["kl_coef"] == 0.04
         rewards[arm] = (cfg["reward"]["variant"], cfg["reward"]["regrpo"]["success"], cfg["reward"]["regrpo"]["eta"])
+        prompts[arm] = cfg["grpo"]["decomposed_prompts"]
     assert rewards == {
         "paper": ("paper", "offline", 0.1),
         "regrpo": ("regrpo", "executed", 0.1),
         "regrpo_eta0": ("regrpo", "executed", 0.0),
         "regrpo_offline": ("regrpo", "offline", 0.1),
+        "paper_steps": ("paper", "offline", 0.1),
+        "regrpo_steps": ("regrpo", "executed", 0.1),
+        "regrpo_steps_eta0": ("regrpo", "executed", 0.0),
     }
+    # the *_steps arms add the clean decomposed steps to the same prompts, and differ in nothing else
+    assert prompts == {a: "all" if a.endswith("steps") or a.endswith("steps_eta0") else "recovery" for a in prompts}

@@ -4,11 +4,14 @@ evaluation over seeds.
 Input: per seed, per arm (``plain``, ``rot``, ``shuffled``: the SFT arms; ``paper``, ``regrpo``, ``regrpo_eta0``,
 ``regrpo_anchored`` — with the constructed group members of the released trainer, ``grpo.anchors`` —: GRPO from the
 RoT-SFT policy) and per evaluation mode (``free``, ``regrpo``: ``evaluate.reflection``), the record
-``metrics/eval.details.json`` of that evaluation (one model in it). Output: success, the behaviour columns
+``metrics/eval.details.json`` of that evaluation (one model in it), and per arm and split the held-out per-step
+reflection counts (``regrpo/steps.py``: ``metrics/steps-<split>.json``). Output: success, the behaviour columns
 (repeat-after-failure, recovered-next-call: executes / oracle-correct) and the reflection counts per seed and
 pooled (a pooled rate is the pooled numerator over the pooled denominator); each comparison paired on the same
-episodes (exact McNemar per seed and over the pooled discordant counts); and the issue's checks. A
-symbolic-simulator proxy throughout.
+episodes (exact McNemar per seed and over the pooled discordant counts); the held-out per-step reflection per arm
+and the η pairs' ratio; and the issue's checks. The η check reads the held-out steps after a successful action (the
+calls where a reflection is not needed), not the interactive calls after one: in EB's loop those are starts and
+plan-exhausted calls, silent failures (docs/regrpo.md §7). A symbolic-simulator proxy throughout.
 """
 
 from __future__ import annotations
@@ -18,7 +21,20 @@ from typing import Any
 from ..evaluate.aggregate import mcnemar_exact, paired
 
 SFT_ARMS = ("plain", "rot", "shuffled")
-GRPO_ARMS = ("paper", "regrpo", "regrpo_eta0", "regrpo_anchored", "regrpo_offline")
+GRPO_ARMS = (
+    "paper",
+    "regrpo",
+    "regrpo_eta0",
+    "regrpo_anchored",
+    "regrpo_offline",
+    "paper_steps",
+    "regrpo_steps",
+    "regrpo_steps_eta0",
+)
+# (η = 0 arm, η = 0.1 arm): the η check's pairs, on the held-out per-step calls
+ETA_PAIRS = (("regrpo_eta0", "regrpo"), ("regrpo_steps_eta0", "regrpo_steps"))
+# the held-out per-step samples measured (regrpo/steps.py): valid_seen's to choose a recipe on, valid_unseen's to report
+STEP_SPLITS = ("valid_seen", "valid_unseen")
 # (a, b, mode): b against a on the same episodes
 COMPARISONS = (
     ("plain", "rot", "free"),
@@ -32,6 +48,10 @@ COMPARISONS = (
     ("regrpo", "regrpo_anchored", "free"),
     ("paper", "regrpo_offline", "regrpo"),
     ("regrpo_offline", "regrpo", "free"),
+    ("paper_steps", "regrpo_steps", "regrpo"),
+    ("paper_steps", "regrpo_steps", "free"),
+    ("regrpo_steps_eta0", "regrpo_steps", "free"),
+    ("regrpo", "regrpo_steps", "regrpo"),
 )
 RATES = {  # column -> (numerator source, denominator key in the interactive summary)
     "repeat_after_failure_rate": "failures_followed",
@@ -76,10 +96,56 @@ def _tokens_after_success(rows: list[dict]) -> float | None:
     return round(sum(r["spontaneous_tokens_after_success"] or 0 for r in rows) / calls, 4) if calls else None
 
 
+def _steps_pooled(results: list[dict]) -> dict[str, dict[str, Any]]:
+    """Per kind of call, the held-out per-step counts (``regrpo/steps.py``) summed over seeds, rates recomputed."""
+    out: dict[str, dict[str, Any]] = {}
+    for res in results:
+        for kind, d in res["kinds"].items():
+            o = out.setdefault(kind, {"calls": 0, "reflecting": 0, "reflection_tokens": 0})
+            for k in o:
+                o[k] += d[k]
+    for o in out.values():
+        o["tokens_per_call"] = round(o["reflection_tokens"] / o["calls"], 4)
+        o["reflection_rate"] = round(o["reflecting"] / o["calls"], 4)
+    return out
+
+
+def _steps(records: dict[int, dict], seeds: list[int], split: str) -> dict[str, Any]:
+    """Per arm measured on ``split``'s held-out steps: the seeds, each seed's and the pooled reflection counts."""
+    key = f"steps:{split}"
+    out: dict[str, Any] = {}
+    for arm in sorted({k[0] for r in records.values() for k in r if k[1] == key}):
+        have = [s for s in seeds if (arm, key) in records[s]]
+        out[arm] = {
+            "seeds": have,
+            "per_seed": {s: records[s][(arm, key)]["kinds"] for s in have},
+            "pooled": _steps_pooled([records[s][(arm, key)] for s in have]),
+        }
+    return out
+
+
+def _steps_gap(records: dict[int, dict], seeds: list[int], split: str, a: str, b: str) -> dict[str, Any] | None:
+    """Reflection tokens per held-out call after a successful step (and the reflecting share) of arms a and b on
+    ``split``, pooled over the seeds where both were measured; None when there are none."""
+    key = f"steps:{split}"
+    both = [s for s in seeds if (a, key) in records[s] and (b, key) in records[s]]
+    pa = _steps_pooled([records[s][(a, key)] for s in both]).get("after_success")
+    pb = _steps_pooled([records[s][(b, key)] for s in both]).get("after_success")
+    if pa is None or pb is None:
+        return None
+    return {
+        "seeds": both,
+        "tokens_per_call": [pa["tokens_per_call"], pb["tokens_per_call"]],
+        "reflection_rate": [pa["reflection_rate"], pb["reflection_rate"]],
+    }
+
+
 def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]:
-    """``records[seed][(arm, mode)]`` = eval.details.json -> the summary (module docstring)."""
+    """``records[seed][(arm, mode)]`` = eval.details.json, ``records[seed][(arm, "steps")]`` = the arm's held-out
+    per-step reflection counts -> the summary (module docstring)."""
     seeds = sorted(records)
-    keys = sorted({k for r in records.values() for k in r})
+    steps = {split: st for split in STEP_SPLITS if (st := _steps(records, seeds, split))}
+    keys = sorted({k for r in records.values() for k in r if not k[1].startswith("steps:")})
     arms: dict[str, Any] = {}
     # the seeds an arm has: arms may be run on different seeds (the table names the seed of every figure)
     rows = {k: [{"seed": s, **arm_row(records[s][k])} for s in seeds if k in records[s]] for k in keys}
@@ -120,10 +186,24 @@ def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]
             "behaviour_gap_pts": diff,
             "reflection_tokens_after_success": [_tokens_after_success(ra), _tokens_after_success(rb)],
         }
-    return {"label": LABEL, "seeds": seeds, "arms": arms, "comparisons": comparisons, "checks": checks(comparisons)}
+    eta = {
+        f"{b} vs {a} (steps, {split})": g
+        for split in STEP_SPLITS
+        for a, b in ETA_PAIRS
+        if (g := _steps_gap(records, seeds, split, a, b))
+    }
+    return {
+        "label": LABEL,
+        "seeds": seeds,
+        "arms": arms,
+        "steps": steps,
+        "comparisons": comparisons,
+        "eta": eta,
+        "checks": checks(comparisons, eta),
+    }
 
 
-def checks(c: dict[str, Any]) -> dict[str, Any]:
+def checks(c: dict[str, Any], eta: dict[str, Any] | None = None) -> dict[str, Any]:
     """The issue's thresholds (docs/regrpo.md §7); a check whose runs are missing is left out."""
     out: dict[str, Any] = {}
     rot, sh = c.get("rot vs plain (free)"), c.get("shuffled vs plain (free)")
@@ -141,10 +221,11 @@ def checks(c: dict[str, Any]) -> dict[str, Any]:
         if rl:
             rec = rl["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
             out[f"{arm}_success_+3pts_or_recovery_+5pts"] = rl["success_gap_pooled"] >= 3 or rec >= 5
-    eta = c.get("regrpo vs regrpo_eta0 (free)")
-    if eta:
-        t0, t1 = eta["reflection_tokens_after_success"]
-        out["eta_reflection_tokens_after_success_<=20pct_of_eta0"] = None if not t0 else (t1 or 0) <= 0.2 * t0
+    for a, b in ETA_PAIRS:  # on the held-out per-step calls after a successful action (regrpo/steps.py)
+        g = (eta or {}).get(f"{b} vs {a} (steps, valid_unseen)")  # the report's split, as every check here
+        if g:
+            t0, t1 = g["tokens_per_call"]
+            out[f"{b}_eta_reflection_tokens_after_success_<=20pct_of_eta0"] = None if not t0 else t1 <= 0.2 * t0
     return out
 
 
@@ -160,11 +241,12 @@ def render(summary: dict[str, Any]) -> str:
         f"# ReGRPO over seeds {summary['seeds']} ({summary['label']})",
         "",
         "Success (%), behaviour columns pooled over seeds (%: repeat-after-failure, recovered next call executes / "
-        "is oracle-correct) and spontaneous reflection tokens per call after a successful action; `free` = the "
-        "policy's own answers, `regrpo` = under ReGRPO's trigger (docs/regrpo.md).",
+        "is oracle-correct) and spontaneous reflection tokens per interactive call after a successful action (an "
+        "episode's start, or a plan that ran out short of the goal); `free` = the policy's own answers, `regrpo` = "
+        "under ReGRPO's trigger (docs/regrpo.md).",
         "",
         "| arm / mode | success per seed | mean | repeat after failure | recovered next call | recovered correct "
-        "| refl. tokens after success |",
+        "| refl. tokens after success (starts, plans run out) |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for k, a in summary["arms"].items():
@@ -195,9 +277,42 @@ def render(summary: dict[str, Any]) -> str:
             f"{_p(c['p_mcnemar_pooled'])} | {fmt(g['repeat_after_failure_rate'])} | "
             f"{fmt(g['recovered_next_call_rate'])} |"
         )
+    if summary.get("steps"):
+        lines += [
+            "",
+            "Held-out per-step calls (the decomposed samples of a split's episodes: each trajectory's first step and "
+            "the steps after a successful action on the expert's path, where a reflection is not needed; greedy; "
+            "docs/regrpo.md §7): answers that reflect (%) and reflection tokens per call, pooled over the seeds "
+            "measured.",
+            "",
+            "| split | arm | seeds | first step: reflect | after success: reflect | after success: tokens per call |",
+            "|---|---|---|---:|---:|---:|",
+        ]
+        for split, arms in summary["steps"].items():
+            for arm, d in arms.items():
+                f, a = d["pooled"].get("first"), d["pooled"].get("after_success")
+                tok = "–" if a is None else f"{a['tokens_per_call']:.2f}"
+                lines.append(
+                    f"| {split} | {arm} | {', '.join(f's{s}' for s in d['seeds'])} | "
+                    f"{pct(f and f['reflection_rate'])} | {pct(a and a['reflection_rate'])} | {tok} |"
+                )
+    for k, g in (summary.get("eta") or {}).items():
+        (t0, t1), seeds = g["tokens_per_call"], ", ".join(f"s{s}" for s in g["seeds"])
+        share = "–" if not t0 else f"{100 * t1 / t0:.0f}%"
+        lines.append(f"\n{k} over {seeds}: {t1:.2f} vs {t0:.2f} reflection tokens per call after success ({share}).")
     lines += ["", "| check | holds |", "|---|---|"]
     lines += [f"| {k} | {'–' if v is None else ('yes' if v else 'no')} |" for k, v in summary["checks"].items()]
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["COMPARISONS", "GRPO_ARMS", "SFT_ARMS", "arm_row", "checks", "render", "summarise"]
+__all__ = [
+    "COMPARISONS",
+    "ETA_PAIRS",
+    "GRPO_ARMS",
+    "SFT_ARMS",
+    "STEP_SPLITS",
+    "arm_row",
+    "checks",
+    "render",
+    "summarise",
+]

@@ -12,7 +12,11 @@ through the same entry points DVC calls (``python -m stages.<name>``):
   (each triple swapped with a length-matched one of another sample: the control);
 - the GRPO arms from the ``rot`` SFT policy, same prompts (on-policy failure states + RoT states) and budget:
   ``paper`` (the paper's reward), ``regrpo`` (η = 0.1, success executed from the prompt's state), ``regrpo_eta0``
-  (η = 0); not by default: ``regrpo_offline`` (success = the gold remaining plan) and ``regrpo_anchored``;
+  (η = 0); not by default: ``regrpo_offline`` (success = the gold remaining plan), ``regrpo_anchored``, and
+  ``paper_steps`` / ``regrpo_steps`` / ``regrpo_steps_eta0`` (the clean decomposed steps added to the prompts);
+- the held-out per-step reflection of the ``rot`` arm and each GRPO arm (``regrpo/steps.py``) on the decomposed
+  samples of valid_unseen (decompose's val file) and of valid_seen (a second ``decompose`` into
+  ``decomposed-valid_seen``): the calls the η check reads;
 - ``evaluate`` of each arm's model in each mode of ``--modes`` (``evaluate.reflection``).
 
 A stage is skipped when its metrics exist with unchanged parameters (``tools/seeds.py``'s stamps), and every stage
@@ -30,8 +34,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from embodied_rft.regrpo.report import GRPO_ARMS, SFT_ARMS, render, summarise
-from embodied_rft.tools.seeds import _conf_paths, _run_stage, path_overrides, publish, seed_parser
+from embodied_rft.regrpo.report import GRPO_ARMS, SFT_ARMS, STEP_SPLITS, render, summarise
+from embodied_rft.tools.seeds import _conf_paths, _run, _run_stage, path_overrides, publish, seed_parser
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +46,12 @@ RECIPE = ["decompose.rot.enabled=true", "decompose.recovery_per_episode=2", "tea
 # In the 12-03 rounds (offline success, the worlds before the planner fix) it turned seed 0's recovery gap of ReGRPO
 # over the paper reward from -3.1 to +14.3 points (over seeds 0-2: -0.6); it does not stop the drift off the clean
 # held-out plans (docs/regrpo.md §8)
-RL = ["grpo.onpolicy.failed_only=true", "grpo.decomposed_prompts=recovery", "grpo.kl_coef=0.04"]
+RL_STATES = ["grpo.onpolicy.failed_only=true", "grpo.kl_coef=0.04"]
+RL = [*RL_STATES, "grpo.decomposed_prompts=recovery"]
+# the `*_steps` arms' prompts: the same, plus the decomposed clean steps (each trajectory's first step and the steps
+# after a successful action, on the expert's path): calls where a reflection is not needed, so the cost acts where
+# the η check looks (docs/regrpo.md §8)
+STEPS = [*RL_STATES, "grpo.decomposed_prompts=all"]
 # ReGRPO's success term as the paper defines it: the response's plan executed from the prompt's state reaches the goal
 # (any plan that does, not only the gold one; regrpo/execute.py). Until 2026-12-05 the arms scored the whole gold
 # remaining plan offline (accuracy_full): arm `regrpo_offline`
@@ -55,6 +64,10 @@ ARMS = {
     "paper": [*RL],
     "regrpo": [*REGRPO],
     "regrpo_eta0": [*REGRPO, "reward.regrpo.eta=0.0"],
+    # not run by default: the three RL arms with the clean steps among the prompts (STEPS)
+    "paper_steps": [*STEPS],
+    "regrpo_steps": [*STEPS, "reward=regrpo", "reward.regrpo.success=executed"],
+    "regrpo_steps_eta0": [*STEPS, "reward=regrpo", "reward.regrpo.success=executed", "reward.regrpo.eta=0.0"],
     # the earlier recipe: success = the whole gold remaining plan, offline (not run by default)
     "regrpo_offline": [*RL, "reward=regrpo"],
     # the released trainer's groups: each RoT state's group holds the correct answer, the reflection + correct answer,
@@ -63,7 +76,7 @@ ARMS = {
     # for sampled groups; docs/experiments.md, 2026-12-04 (late night))
     "regrpo_anchored": [*RL, "reward=regrpo", "grpo.anchors=[correct,reflect,failed,corrupted]"],
 }
-DEFAULT_ARMS = [a for a in (*SFT_ARMS, *GRPO_ARMS) if a not in ("regrpo_anchored", "regrpo_offline")]
+DEFAULT_ARMS = [*SFT_ARMS, "paper", "regrpo", "regrpo_eta0"]
 MODES = ("free", "regrpo")
 
 
@@ -141,6 +154,22 @@ def run_seed(seed: int, root: Path, subdir: str, arms: list[str], modes: list[st
         done = base / arm / "metrics" / "grpo.json"
         _share_states(base, arm)
         after[arm] = _run_stage(seed, "grpo", args, done, logs / arm / "grpo", after["rot"])
+    measured = [a for a in after if a in GRPO_ARMS or a == "rot"]
+    if measured:
+        # the held-out per-step calls (regrpo/steps.py) of each split: decompose's val file is valid_unseen's (the
+        # report's); valid_seen's, for choosing a recipe, comes from a second decompose into its own folder
+        seen = base / "decomposed-valid_seen"
+        args = [*shared, "decompose.val_split=valid_seen", f"paths.decomposed_dir={seen.as_posix()}", *_outputs(seen)]
+        _run_stage(
+            seed, "decompose", [*args, *extra], seen / "metrics" / "decompose.json", logs / "decompose-seen", ran
+        )
+        vals = {"valid_unseen": base / "decomposed" / "val.jsonl", "valid_seen": seen / "val.jsonl"}
+    for arm in measured:  # reused for the same weights and samples
+        model = "grpo" if arm in GRPO_ARMS else "sft"
+        for split, val in vals.items():
+            cmd = ["-m", "embodied_rft.regrpo.steps", "--model", (base / arm / "models" / model).as_posix()]
+            cmd += ["--samples", val.as_posix(), "--out", steps_file(base, arm, split).as_posix()]
+            _run([sys.executable, *cmd], logs / arm / f"steps-{split}.log")
     for arm in arms:
         model = "grpo" if arm in GRPO_ARMS else "sft"
         src = f"paths.{model}_model={(base / arm / 'models' / model).as_posix()}"
@@ -159,8 +188,14 @@ def run_seed(seed: int, root: Path, subdir: str, arms: list[str], modes: list[st
             _run_stage(seed, "evaluate", args, d / "metrics" / "eval.json", logs / arm / f"evaluate-{mode}", after[arm])
 
 
+def steps_file(base: Path, arm: str, split: str) -> Path:
+    """Where an arm's held-out per-step reflection counts on a split's samples go."""
+    return base / arm / "metrics" / f"steps-{split}.json"
+
+
 def collect(runs: dict[int, Path], subdir: str, arms: list[str], modes: list[str]) -> dict[int, dict]:
-    """``{seed: {(arm, mode): eval.details.json}}`` of the finished evaluations."""
+    """``{seed: {(arm, mode): eval.details.json}}`` of the finished evaluations, and the arm's
+    held-out per-step reflection counts on a split's samples, ``(arm, "steps:<split>")``, where they were measured."""
     out: dict[int, dict] = {}
     for s, root in runs.items():
         out[s] = {}
@@ -169,6 +204,10 @@ def collect(runs: dict[int, Path], subdir: str, arms: list[str], modes: list[str
                 f = root / subdir / arm / f"eval-{mode}" / "metrics" / "eval.details.json"
                 if f.exists():
                     out[s][(arm, mode)] = json.loads(f.read_text("utf-8"))
+            for split in STEP_SPLITS:
+                f = steps_file(root / subdir, arm, split)
+                if f.exists():
+                    out[s][(arm, f"steps:{split}")] = json.loads(f.read_text("utf-8"))
     return out
 
 

@@ -1,0 +1,149 @@
+"""Reflection on held-out per-step calls: where a reflection is not needed (docs/regrpo.md §7).
+
+In EB's interactive loop the planner is called at an episode's start, after a failed action, and when a plan ran
+out without reaching the goal. So the loop's calls "after a successful action" are starts, which no arm here
+reflects at, and plan-exhausted calls: every action executed and the goal is still not reached, a silent failure,
+where a reflection is warranted (a GroundingDrift near-miss looks the same). The calls where a reflection is
+plainly not needed are the expert's own states: the first step and each step after a successful action on the
+expert's path. The decomposed held-out samples are exactly those (``decompose``'s val file; with the RoT engine
+its recovery samples are in the train file only).
+
+Input: a model folder and decomposed samples (JSONL). Output (:func:`measure`): per kind of call (``first``: no
+history; ``after_success``: the last action executed; ``after_failure``: it was invalid) the calls, the greedy
+answers that reflect, their reflection tokens in the model's tokenizer (:func:`text.reflection_tokens`: the span
+from the first ErrorType/Evidence/FixPlan marker), tokens per call, and answers cut at the token cap; plus the
+model files' digest, so a finished measurement is reused only for the same weights. Greedy decoding with the
+fast sampler, as the GRPO stage's held-out check (``train/grpo/heldout.py``).
+
+``python -m embodied_rft.regrpo.steps --model DIR --samples FILE --out FILE`` writes the result atomically
+(``tools/regrpo_seeds.py`` runs it for every arm; ``regrpo/report.py`` reads it for the η check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..core.atomic import write_json_atomic
+from ..core.digest import file_digest, folder_digests, json_digest
+from ..data.jsonl import read_jsonl
+from .text import last_failed, reflection_tokens
+
+log = logging.getLogger(__name__)
+
+KINDS = ("first", "after_success", "after_failure")
+
+
+def call_kind(sample: dict, where: str = "sample") -> str:
+    """``first`` | ``after_success`` | ``after_failure`` of a decomposed sample, from its ``history``."""
+    history = sample.get("history")
+    if not isinstance(history, list):
+        raise ValueError(f"{where}: field 'history' must be a list, got {type(history).__name__}")
+    if not history:
+        return "first"
+    return "after_failure" if last_failed(history) else "after_success"
+
+
+def tally(kinds: Sequence[str], tokens: Sequence[int], truncated: Sequence[bool]) -> dict[str, dict[str, Any]]:
+    """Per kind: calls, reflecting answers, reflection tokens, tokens per call, reflection rate, truncated answers."""
+    if not len(kinds) == len(tokens) == len(truncated):
+        raise ValueError(f"tally: {len(kinds)} kinds, {len(tokens)} token counts, {len(truncated)} truncation flags")
+    out: dict[str, dict[str, Any]] = {}
+    for k, t, cut in zip(kinds, tokens, truncated, strict=True):
+        d = out.setdefault(k, {"calls": 0, "reflecting": 0, "reflection_tokens": 0, "truncated": 0})
+        d["calls"] += 1
+        d["reflecting"] += t > 0
+        d["reflection_tokens"] += t
+        d["truncated"] += bool(cut)
+    for d in out.values():
+        d["tokens_per_call"] = round(d["reflection_tokens"] / d["calls"], 4)
+        d["reflection_rate"] = round(d["reflecting"] / d["calls"], 4)
+    return {k: out[k] for k in KINDS if k in out}
+
+
+def model_digest(model_dir: str | Path) -> str:
+    """One digest of a model folder's files (weights, tokenizer, config)."""
+    return json_digest(folder_digests(model_dir), 16)
+
+
+def measure(
+    model_dir: str | Path, samples: Sequence[dict], *, max_new_tokens: int = 512, batch_size: int = 16
+) -> dict[str, Any]:
+    """Greedy answers of the model at ``model_dir`` to ``samples``, tallied per kind of call (module docstring)."""
+    import torch
+
+    from ..models.factory import load_model
+    from ..train.grpo.rollout import PolicyIO, make_sampler, sample_groups
+
+    kinds = [call_kind(s, f"sample {i}") for i, s in enumerate(samples)]
+    model, tok = load_model(model_dir, for_training=False)
+    model = model.to(torch.float32)
+    io = PolicyIO(tok, max_prompt_tokens=4096)
+    io.add_model_eos(model)
+    sampler = make_sampler(model, "fast")
+    prompts = [io.encode(s, i) for i, s in enumerate(samples)]
+    eos = set(io.eos_ids)
+    tokens: list[int] = []
+    truncated: list[bool] = []
+
+    def count(text: str) -> int:
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+
+    for s in range(0, len(prompts), batch_size):
+        out = sample_groups(
+            model,
+            io,
+            prompts[s : s + batch_size],
+            1,
+            sampler=sampler,
+            temperature=0.0,
+            top_p=1.0,
+            max_new_tokens=max_new_tokens,
+            seed=0,
+        )
+        for (resp,) in out.responses:
+            tokens.append(reflection_tokens(io.decode(resp), count))
+            truncated.append(not (resp and resp[-1] in eos))
+    return {
+        "model": Path(model_dir).as_posix(),
+        "model_digest": model_digest(model_dir),
+        "samples": len(samples),
+        "max_new_tokens": max_new_tokens,
+        "kinds": tally(kinds, tokens, truncated),
+    }
+
+
+def run(model_dir: str | Path, samples_path: str | Path, out: str | Path, **kw: Any) -> dict[str, Any]:
+    """:func:`measure` on the samples in ``samples_path``, written to ``out``; reused when ``out`` holds the same
+    model digest and sample file."""
+    out = Path(out)
+    key = {"samples_digest": file_digest(samples_path)}
+    if out.exists():
+        old = json.loads(out.read_text("utf-8"))
+        if old.get("model_digest") == model_digest(model_dir) and old.get("samples_digest") == key["samples_digest"]:
+            return old
+    res = {**measure(model_dir, read_jsonl(samples_path), **kw), **key}
+    write_json_atomic(out, res)
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--samples", required=True, help="decomposed samples (JSONL), e.g. the decompose stage's val file")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--max-new-tokens", type=int, default=512)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    res = run(args.model, args.samples, args.out, max_new_tokens=args.max_new_tokens)
+    log.info("%s: %s", args.model, json.dumps(res["kinds"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
