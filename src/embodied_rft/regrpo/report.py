@@ -2,8 +2,9 @@
 evaluation over seeds.
 
 Input: per seed, per arm (``plain``, ``rot``, ``shuffled``: the SFT arms; ``paper``, ``regrpo``, ``regrpo_eta0``,
-``regrpo_anchored`` — with the constructed group members of the released trainer, ``grpo.anchors`` —: GRPO from the
-RoT-SFT policy) and per evaluation mode (``free``, ``regrpo``: ``evaluate.reflection``), the record
+``regrpo_anchored`` — with the constructed group members of the released trainer, ``grpo.anchors`` —,
+``regrpo_offline`` and the ``*_steps`` arms — the clean decomposed steps among the prompts —: GRPO from the RoT-SFT
+policy) and per evaluation mode (``free``, ``regrpo``: ``evaluate.reflection``), the record
 ``metrics/eval.details.json`` of that evaluation (one model in it), and per arm and split the held-out per-step
 reflection counts (``regrpo/steps.py``: ``metrics/steps-<split>.json``). Output: success, the behaviour columns
 (repeat-after-failure, recovered-next-call: executes / oracle-correct) and the reflection counts per seed and
@@ -141,8 +142,8 @@ def _steps_gap(records: dict[int, dict], seeds: list[int], split: str, a: str, b
 
 
 def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]:
-    """``records[seed][(arm, mode)]`` = eval.details.json, ``records[seed][(arm, "steps")]`` = the arm's held-out
-    per-step reflection counts -> the summary (module docstring)."""
+    """``records[seed][(arm, mode)]`` = eval.details.json, ``records[seed][(arm, "steps:<split>")]`` = the arm's
+    held-out per-step reflection counts on that split (``regrpo/steps.py``) -> the summary (module docstring)."""
     seeds = sorted(records)
     steps = {split: st for split in STEP_SPLITS if (st := _steps(records, seeds, split))}
     keys = sorted({k for r in records.values() for k in r if not k[1].startswith("steps:")})
