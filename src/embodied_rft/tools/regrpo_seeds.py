@@ -55,7 +55,8 @@ STEPS = [*RL_STATES, "grpo.decomposed_prompts=all"]
 # ReGRPO's success term as the paper defines it: the response's plan executed from the prompt's state reaches the goal
 # (any plan that does, not only the gold one; regrpo/execute.py). Until 2026-12-05 the arms scored the whole gold
 # remaining plan offline (accuracy_full): arm `regrpo_offline`
-REGRPO = [*RL, "reward=regrpo", "reward.regrpo.success=executed"]
+EXECUTED = ["reward=regrpo", "reward.regrpo.success=executed"]
+REGRPO = [*RL, *EXECUTED]
 # what each arm changes
 ARMS = {
     "plain": ["teacher.rot.reflection=none"],
@@ -66,8 +67,8 @@ ARMS = {
     "regrpo_eta0": [*REGRPO, "reward.regrpo.eta=0.0"],
     # not run by default: the three RL arms with the clean steps among the prompts (STEPS)
     "paper_steps": [*STEPS],
-    "regrpo_steps": [*STEPS, "reward=regrpo", "reward.regrpo.success=executed"],
-    "regrpo_steps_eta0": [*STEPS, "reward=regrpo", "reward.regrpo.success=executed", "reward.regrpo.eta=0.0"],
+    "regrpo_steps": [*STEPS, *EXECUTED],
+    "regrpo_steps_eta0": [*STEPS, *EXECUTED, "reward.regrpo.eta=0.0"],
     # the earlier recipe: success = the whole gold remaining plan, offline (not run by default)
     "regrpo_offline": [*RL, "reward=regrpo"],
     # the released trainer's groups: each RoT state's group holds the correct answer, the reflection + correct answer,
