@@ -214,13 +214,19 @@ def test_the_rl_arms_differ_only_in_the_reward_and_each_override_composes():
     assert ARMS["regrpo_eta0"] == [*ARMS["regrpo"], "reward.regrpo.eta=0.0"]
     assert ARMS["regrpo_offline"] == [*RL, "reward=regrpo"]
     assert DEFAULT_ARMS == ["plain", "rot", "shuffled", "paper", "regrpo", "regrpo_eta0"]
-    rewards, prompts = {}, {}
-    for arm in ("paper", "regrpo", "regrpo_eta0", "regrpo_offline", "paper_steps", "regrpo_steps", "regrpo_steps_eta0"):
+    rewards, prompts, uppers = {}, {}, {}
+    arms = ("paper", "regrpo", "regrpo_eta0", "regrpo_offline", "paper_steps", "regrpo_steps", "regrpo_steps_eta0")
+    for arm in (*arms, "regrpo_steps_kept"):
         cfg = compose("conf", [*RECIPE, *ARMS[arm]])
         section_configs(cfg)  # every value builds its stage config
         assert cfg["grpo"]["onpolicy"]["failed_only"] is True and cfg["grpo"]["kl_coef"] == 0.04
         rewards[arm] = (cfg["reward"]["variant"], cfg["reward"]["regrpo"]["success"], cfg["reward"]["regrpo"]["eta"])
         prompts[arm] = cfg["grpo"]["decomposed_prompts"]
+        uppers[arm] = cfg["grpo"]["filter"]["upper"]
+    assert rewards.pop("regrpo_steps_kept") == rewards["regrpo_steps"]
+    assert prompts.pop("regrpo_steps_kept") == "all"
+    # the kept arm keeps all-success groups (upper = G); every other arm drops them (upper = null: G - 1)
+    assert uppers == {**dict.fromkeys(arms), "regrpo_steps_kept": 8} and cfg["grpo"]["group_size"] == 8
     assert rewards == {
         "paper": ("paper", "offline", 0.1),
         "regrpo": ("regrpo", "executed", 0.1),

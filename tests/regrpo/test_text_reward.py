@@ -149,3 +149,25 @@ def test_openrlhf_reward_file_scores_regrpo_with_the_job_s_options(monkeypatch):
     assert [round(float(x), 4) for x in out["rewards"]] == [round(1 - 0.5 * 0.19, 4), 1.0]
     assert [float(x) for x in out["scores"]] == [1.0, 1.0]
     assert [float(x) for x in out["extra_logs"]["reflection_tokens"]] == [19.0, 0.0]
+
+
+@pytest.mark.parametrize("eta", [0.1, 0.0])
+def test_keeping_all_success_groups_changes_the_filter_only_where_the_cost_differs(eta):
+    """Arm regrpo_steps_kept (filter upper = G) against regrpo_steps (upper = G - 1): with η > 0 an all-success group
+    whose members reflect differently is kept, with η = 0 its rewards are equal and the zero-variance drop removes it
+    under both bounds, so the two filters decide alike and regrpo_steps_eta0 is the kept arm's η = 0 arm."""
+    from embodied_rft.filtering import FilterConfig, GroupBuffer
+
+    def group(plans, reasonings):
+        bs = [score(_response(r, p), LABEL, "regrpo", eta=eta) for r, p in zip(reasonings, plans, strict=True)]
+        return [b.accuracy_full for b in bs], [b.total for b in bs]
+
+    all_success = group([GOLD] * 8, [TEXT] * 4 + ["2 done, 1 left."] * 4)
+    mixed = group([GOLD] * 4 + [GOLD[:1]] * 4, [TEXT, "2 done."] * 4)
+    all_failed = group([GOLD[:1]] * 8, [TEXT] * 4 + ["2 done."] * 4)
+    kept = {}
+    for upper in (None, 8):
+        buf = GroupBuffer(FilterConfig(upper=upper), 8)
+        kept[upper] = [buf.offer(name, *g) for name, g in (("s", all_success), ("m", mixed), ("f", all_failed))]
+    assert kept[None] == [False, True, False]
+    assert kept[8] == ([True, True, False] if eta > 0 else [False, True, False])

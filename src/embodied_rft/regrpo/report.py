@@ -31,9 +31,16 @@ GRPO_ARMS = (
     "paper_steps",
     "regrpo_steps",
     "regrpo_steps_eta0",
+    "regrpo_steps_kept",
 )
-# (η = 0 arm, η = 0.1 arm): the η check's pairs, on the held-out per-step calls
-ETA_PAIRS = (("regrpo_eta0", "regrpo"), ("regrpo_steps_eta0", "regrpo_steps"))
+# (η = 0 arm, η = 0.1 arm): the η check's pairs, on the held-out per-step calls. regrpo_steps_kept differs from
+# regrpo_steps only in keeping all-success groups; at η = 0 their rewards are equal and the zero-variance drop removes
+# them, so its η = 0 arm is regrpo_steps_eta0 itself
+ETA_PAIRS = (
+    ("regrpo_eta0", "regrpo"),
+    ("regrpo_steps_eta0", "regrpo_steps"),
+    ("regrpo_steps_eta0", "regrpo_steps_kept"),
+)
 # the held-out per-step samples measured (regrpo/steps.py): valid_seen's to choose a recipe on, valid_unseen's to report
 STEP_SPLITS = ("valid_seen", "valid_unseen")
 # (a, b, mode): b against a on the same episodes
@@ -53,6 +60,9 @@ COMPARISONS = (
     ("paper_steps", "regrpo_steps", "free"),
     ("regrpo_steps_eta0", "regrpo_steps", "free"),
     ("regrpo", "regrpo_steps", "regrpo"),
+    ("regrpo_steps_eta0", "regrpo_steps_kept", "free"),
+    ("regrpo_steps", "regrpo_steps_kept", "regrpo"),
+    ("paper_steps", "regrpo_steps_kept", "regrpo"),
 )
 RATES = {  # column -> (numerator source, denominator key in the interactive summary)
     "repeat_after_failure_rate": "failures_followed",

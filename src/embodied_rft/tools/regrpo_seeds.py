@@ -13,7 +13,8 @@ through the same entry points DVC calls (``python -m stages.<name>``):
 - the GRPO arms from the ``rot`` SFT policy, same prompts (on-policy failure states + RoT states) and budget:
   ``paper`` (the paper's reward), ``regrpo`` (η = 0.1, success executed from the prompt's state), ``regrpo_eta0``
   (η = 0); not by default: ``regrpo_offline`` (success = the gold remaining plan), ``regrpo_anchored``, and
-  ``paper_steps`` / ``regrpo_steps`` / ``regrpo_steps_eta0`` (the clean decomposed steps added to the prompts);
+  ``paper_steps`` / ``regrpo_steps`` / ``regrpo_steps_eta0`` (the clean decomposed steps added to the prompts) and
+  ``regrpo_steps_kept`` (regrpo_steps keeping the all-success groups);
 - the held-out per-step reflection of the ``rot`` arm and each GRPO arm (``regrpo/steps.py``) on the decomposed
   samples of valid_unseen (decompose's val file) and of valid_seen (a second ``decompose`` into
   ``decomposed-valid_seen``): the calls the η check reads;
@@ -69,6 +70,11 @@ ARMS = {
     "paper_steps": [*STEPS],
     "regrpo_steps": [*STEPS, *EXECUTED],
     "regrpo_steps_eta0": [*STEPS, *EXECUTED, "reward.regrpo.eta=0.0"],
+    # regrpo_steps with the all-success groups kept (filter upper = G; all-failure groups still dropped): the filter
+    # reads success only, so it drops exactly the groups where the cost is the only difference; ReGRPO itself has no
+    # accuracy filter. At η = 0 those groups have equal rewards and are dropped anyway (its η = 0 arm is
+    # regrpo_steps_eta0)
+    "regrpo_steps_kept": [*STEPS, *EXECUTED, "grpo.filter.upper=${grpo.group_size}"],
     # the earlier recipe: success = the whole gold remaining plan, offline (not run by default)
     "regrpo_offline": [*RL, "reward=regrpo"],
     # the released trainer's groups: each RoT state's group holds the correct answer, the reflection + correct answer,
