@@ -10,7 +10,7 @@ import pytest
 
 from embodied_rft.regrpo import steps
 from embodied_rft.regrpo.text import reflection_tokens
-from embodied_rft.train.grpo import rollout
+from embodied_rft.train.grpo import heldout, rollout
 from tests.helpers.grpo_fixtures import gold_response, grpo_samples, sft_policy, write_jsonl
 
 OK = "Last action executed successfully."
@@ -82,7 +82,7 @@ def test_measure_counts_each_decoded_answer_s_reflection_in_the_policy_tokens(mo
         assert group_size == 1 and kw["temperature"] == 0.0
         return rollout.Rollout([[ids[p.index]] for p in prompts])
 
-    monkeypatch.setattr(rollout, "sample_groups", fake)
+    monkeypatch.setattr(heldout, "sample_groups", fake)  # the greedy decoding steps.py shares with GRPO's check
     res = steps.measure(policy, samples, batch_size=2)
     n = [reflection_tokens(t, lambda s: len(tok(s, add_special_tokens=False)["input_ids"])) for t in texts]
     assert n[1] > 10 and n[0] == n[2] == 0  # the span's length in the policy's tokens

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..evaluate.aggregate import mcnemar_exact, paired
+from .steps import with_rates
 
 SFT_ARMS = ("plain", "rot", "shuffled")
 GRPO_ARMS = (
@@ -115,10 +116,7 @@ def _steps_pooled(results: list[dict]) -> dict[str, dict[str, Any]]:
             o = out.setdefault(kind, {"calls": 0, "reflecting": 0, "reflection_tokens": 0})
             for k in o:
                 o[k] += d[k]
-    for o in out.values():
-        o["tokens_per_call"] = round(o["reflection_tokens"] / o["calls"], 4)
-        o["reflection_rate"] = round(o["reflecting"] / o["calls"], 4)
-    return out
+    return {kind: with_rates(o) for kind, o in out.items()}
 
 
 def _steps(records: dict[int, dict], seeds: list[int], split: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ history; ``after_success``: the last action executed; ``after_failure``: it was 
 answers that reflect, their reflection tokens in the model's tokenizer (:func:`text.reflection_tokens`: the span
 from the first ErrorType/Evidence/FixPlan marker), tokens per call, and answers cut at the token cap; plus the
 model files' digest, so a finished measurement is reused only for the same weights. Greedy decoding with the
-fast sampler, as the GRPO stage's held-out check (``train/grpo/heldout.py``).
+fast sampler, the GRPO stage's held-out check's (``train/grpo/heldout.greedy_responses``).
 
 ``python -m embodied_rft.regrpo.steps --model DIR --samples FILE --out FILE`` writes the result atomically
 (``tools/regrpo_seeds.py`` runs it for every arm; ``regrpo/report.py`` reads it for the η check).
@@ -60,10 +60,15 @@ def tally(kinds: Sequence[str], tokens: Sequence[int], truncated: Sequence[bool]
         d["reflecting"] += t > 0
         d["reflection_tokens"] += t
         d["truncated"] += bool(cut)
-    for d in out.values():
-        d["tokens_per_call"] = round(d["reflection_tokens"] / d["calls"], 4)
-        d["reflection_rate"] = round(d["reflecting"] / d["calls"], 4)
-    return {k: out[k] for k in KINDS if k in out}
+    return {k: with_rates(out[k]) for k in KINDS if k in out}
+
+
+def with_rates(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` (one kind's ``calls``, ``reflecting``, ``reflection_tokens``) with its tokens per call and reflection
+    rate set from those counts (per seed here, pooled over seeds in ``regrpo/report.py``)."""
+    d["tokens_per_call"] = round(d["reflection_tokens"] / d["calls"], 4)
+    d["reflection_rate"] = round(d["reflecting"] / d["calls"], 4)
+    return d
 
 
 def model_digest(model_dir: str | Path) -> str:
@@ -78,37 +83,25 @@ def measure(
     import torch
 
     from ..models.factory import load_model
-    from ..train.grpo.rollout import PolicyIO, make_sampler, sample_groups
+    from ..train.grpo.heldout import greedy_responses
+    from ..train.grpo.rollout import PolicyIO, make_sampler
 
     kinds = [call_kind(s, f"sample {i}") for i, s in enumerate(samples)]
     model, tok = load_model(model_dir, for_training=False)
     model = model.to(torch.float32)
     io = PolicyIO(tok, max_prompt_tokens=4096)
     io.add_model_eos(model)
-    sampler = make_sampler(model, "fast")
     prompts = [io.encode(s, i) for i, s in enumerate(samples)]
     eos = set(io.eos_ids)
-    tokens: list[int] = []
-    truncated: list[bool] = []
 
     def count(text: str) -> int:
         return len(tok(text, add_special_tokens=False)["input_ids"])
 
-    for s in range(0, len(prompts), batch_size):
-        out = sample_groups(
-            model,
-            io,
-            prompts[s : s + batch_size],
-            1,
-            sampler=sampler,
-            temperature=0.0,
-            top_p=1.0,
-            max_new_tokens=max_new_tokens,
-            seed=0,
-        )
-        for (resp,) in out.responses:
-            tokens.append(reflection_tokens(io.decode(resp), count))
-            truncated.append(not (resp and resp[-1] in eos))
+    resps = greedy_responses(
+        model, io, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, sampler=make_sampler(model, "fast")
+    )
+    tokens = [reflection_tokens(io.decode(resp), count) for resp in resps]
+    truncated = [not (resp and resp[-1] in eos) for resp in resps]
     return {
         "model": Path(model_dir).as_posix(),
         "model_digest": model_digest(model_dir),

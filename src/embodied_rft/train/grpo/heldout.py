@@ -27,6 +27,38 @@ from embodied_rft.train.grpo.rollout import EncodedPrompt, PolicyIO, sample_grou
 log = logging.getLogger(__name__)
 
 
+def greedy_responses(
+    model: Any,
+    io: PolicyIO,
+    prompts: Sequence[EncodedPrompt],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    device: Any = "cpu",
+    sampler: Any = None,
+) -> list[list[int]]:
+    """Each prompt's greedy response (token ids, in prompt order), ``batch_size`` prompts per decode; ``sampler``
+    (``rollout.make_sampler``) decodes with the fast sampler, token-identical to ``generate`` (None: ``generate``)."""
+    out: list[list[int]] = []
+    for s in range(0, len(prompts), batch_size):
+        out += [
+            resp
+            for (resp,) in sample_groups(
+                model,
+                io,
+                prompts[s : s + batch_size],
+                1,
+                sampler=sampler,
+                temperature=0.0,
+                top_p=1.0,
+                max_new_tokens=max_new_tokens,
+                seed=0,
+                device=device,
+            ).responses
+        ]
+    return out
+
+
 def evaluate_greedy(
     model: Any,
     io: PolicyIO,
@@ -38,34 +70,18 @@ def evaluate_greedy(
     device: Any,
     sampler: Any = None,
 ) -> dict:
-    """Greedy held-out metrics (see module docstring); an empty prompt list gives ``{"samples": 0}``.
-
-    ``sampler`` (``rollout.make_sampler``) decodes with the fast sampler, token-identical to ``generate``
-    (None: ``generate``)."""
+    """Greedy held-out metrics (see module docstring) of :func:`greedy_responses`; an empty prompt list gives
+    ``{"samples": 0}``."""
     if not prompts:
         return {"samples": 0}
-    rows: list[dict] = []
     eos = set(io.eos_ids)
-    for s in range(0, len(prompts), batch_size):
-        chunk = prompts[s : s + batch_size]
-        outs = sample_groups(
-            model,
-            io,
-            chunk,
-            1,
-            sampler=sampler,
-            temperature=0.0,
-            top_p=1.0,
-            max_new_tokens=max_new_tokens,
-            seed=0,
-            device=device,
-        ).responses
-        for p, (resp,) in zip(chunk, outs):
-            rows.append(
-                score_response(
-                    io.decode(resp), p.label, reward, tokens=len(resp), truncated=not (resp and resp[-1] in eos)
-                )
-            )
+    resps = greedy_responses(
+        model, io, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, device=device, sampler=sampler
+    )
+    rows = [
+        score_response(io.decode(resp), p.label, reward, tokens=len(resp), truncated=not (resp and resp[-1] in eos))
+        for p, resp in zip(prompts, resps, strict=True)
+    ]
     out = summarise(rows)
     out["per_prompt"] = [[round(r["total"], 6), r["accuracy_full"]] for r in rows]
     return out
@@ -122,4 +138,4 @@ def accuracy_full_gain(pair: dict) -> dict:
     return {**pair, "mean_diff": round((pair["only_b"] - pair["only_a"]) / n, 6), "ci95": [round(lo, 6), round(hi, 6)]}
 
 
-__all__ = ["accuracy_full_gain", "evaluate_greedy", "paired_gain"]
+__all__ = ["accuracy_full_gain", "evaluate_greedy", "greedy_responses", "paired_gain"]
