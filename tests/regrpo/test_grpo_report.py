@@ -238,3 +238,45 @@ def test_the_rl_arms_differ_only_in_the_reward_and_each_override_composes():
     }
     # the *_steps arms add the clean decomposed steps to the same prompts, and differ in nothing else
     assert prompts == {a: "all" if a.endswith("steps") or a.endswith("steps_eta0") else "recovery" for a in prompts}
+
+
+def test_a_second_sft_cycle_starts_from_its_arm_s_model_on_its_samples(tmp_path, monkeypatch):
+    from embodied_rft.params import compose, section_configs
+    from embodied_rft.tools import regrpo_seeds as rs
+
+    calls = []
+
+    def fake(seed, stage, args, done, log_base, force):
+        calls.append((stage, log_base.parent.name, dict(a.split("=", 1) for a in args), force))
+        return stage == "sft" and log_base.parent.name == "rot"  # rot's first cycle "reran"; plain's was reused
+
+    monkeypatch.setattr(rs, "_run_stage", fake)
+    monkeypatch.setattr(rs, "_run", lambda *a, **k: None)
+    rs.run_seed(4, tmp_path / "seed-4", "regrpo", ["plain_x2", "rot_x2"], [], [])
+    sft = {arm: (args, force) for stage, arm, args, force in calls if stage == "sft"}
+    assert [(s, a) for s, a, _, _ in calls if a in ("plain", "rot")] == [
+        (stage, arm) for arm in ("plain", "rot") for stage in ("distill", "base", "sft")
+    ]  # the first cycles, then only an `sft` stage per continued arm, no evaluation (no modes)
+    assert [a for s, a, _, _ in calls if a.endswith("_x2")] == ["plain_x2", "rot_x2"]
+    base = (tmp_path / "seed-4" / "regrpo").as_posix()
+    for arm in ("plain", "rot"):
+        args, force = sft[f"{arm}_x2"]
+        assert args["paths.base_model"] == f"{base}/{arm}/models/sft"  # the first cycle's model
+        assert args["paths.distilled"] == sft[arm][0]["paths.distilled"] == f"{base}/{arm}/distilled/sft.jsonl"
+        assert args["paths.sft_model"] == f"{base}/{arm}_x2/models/sft"
+        assert args["sft.lr"] == "1e-3" and args["teacher.rot.reflection"] == sft[arm][0]["teacher.rot.reflection"]
+        assert force is (arm == "rot")  # retrained when its first cycle reran
+    cfg = compose("conf", [*rs.RECIPE, *rs.ARMS["shuffled_x2"]])
+    section_configs(cfg)
+    assert (
+        cfg["sft"]["lr"] == 1e-3
+        and cfg["sft"]["max_steps"] == 700
+        and cfg["teacher"]["rot"]["reflection"] == "shuffled"
+    )
+    gaps = {"recovered_next_call_rate": 12.0, "repeat_after_failure_rate": -9.0}
+    twice = {"rot_x2 vs plain_x2 (free)": {"behaviour_gap_pts": gaps, "success_gap_pooled": -2.0}}
+    assert checks(twice) == {
+        "rot_x2_recovered_next_call_+10pts": True,
+        "rot_x2_repeat_after_failure_-10pts": False,
+        "rot_x2_success_not_lower_than_3pts": True,
+    }

@@ -1,7 +1,8 @@
 """The ReGRPO comparison table (``metrics/regrpo.json``, ``reports/regrpo.md``; docs/regrpo.md §7) from each arm's
 evaluation over seeds.
 
-Input: per seed, per arm (``plain``, ``rot``, ``shuffled``: the SFT arms; ``paper``, ``regrpo``, ``regrpo_eta0``,
+Input: per seed, per arm (``plain``, ``rot``, ``shuffled``: the SFT arms, and ``*_x2``: each given a second SFT
+cycle; ``paper``, ``regrpo``, ``regrpo_eta0``,
 ``regrpo_anchored`` — with the constructed group members of the released trainer, ``grpo.anchors`` —,
 ``regrpo_offline`` and the ``*_steps`` arms — the clean decomposed steps among the prompts —: GRPO from the RoT-SFT
 policy) and per evaluation mode (``free``, ``regrpo``: ``evaluate.reflection``), the record
@@ -23,6 +24,8 @@ from ..evaluate.aggregate import mcnemar_exact, paired
 from .steps import with_rates
 
 SFT_ARMS = ("plain", "rot", "shuffled")
+# an SFT arm given a second cycle of the same budget from its own first-cycle model -> that arm
+CONTINUED_ARMS = {"plain_x2": "plain", "rot_x2": "rot", "shuffled_x2": "shuffled"}
 GRPO_ARMS = (
     "paper",
     "regrpo",
@@ -49,6 +52,11 @@ COMPARISONS = (
     ("plain", "rot", "free"),
     ("plain", "shuffled", "free"),
     ("shuffled", "rot", "free"),
+    ("plain_x2", "rot_x2", "free"),
+    ("plain_x2", "shuffled_x2", "free"),
+    ("shuffled_x2", "rot_x2", "free"),
+    ("rot", "rot_x2", "free"),
+    ("plain", "plain_x2", "free"),
     ("paper", "regrpo", "regrpo"),
     ("paper", "regrpo", "free"),
     ("regrpo_eta0", "regrpo", "free"),
@@ -215,16 +223,17 @@ def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]
 def checks(c: dict[str, Any], eta: dict[str, Any] | None = None) -> dict[str, Any]:
     """The issue's thresholds (docs/regrpo.md §7); a check whose runs are missing is left out."""
     out: dict[str, Any] = {}
-    rot, sh = c.get("rot vs plain (free)"), c.get("shuffled vs plain (free)")
-    if rot:
-        g = rot["behaviour_gap_pts"]
-        out["rot_recovered_next_call_+10pts"] = (g["recovered_next_call_rate"] or 0) >= 10
-        out["rot_repeat_after_failure_-10pts"] = (g["repeat_after_failure_rate"] or 0) <= -10
-        out["rot_success_not_lower_than_3pts"] = rot["success_gap_pooled"] >= -3
-    if rot and sh:
-        gr = rot["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
-        gs = sh["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
-        out["shuffled_does_not_reproduce_the_gain"] = gr > 0 and gs < 0.5 * gr
+    for x in ("", "_x2"):  # the SFT budget of the recipe, and the arms given a second cycle of it
+        rot, sh = c.get(f"rot{x} vs plain{x} (free)"), c.get(f"shuffled{x} vs plain{x} (free)")
+        if rot:
+            g = rot["behaviour_gap_pts"]
+            out[f"rot{x}_recovered_next_call_+10pts"] = (g["recovered_next_call_rate"] or 0) >= 10
+            out[f"rot{x}_repeat_after_failure_-10pts"] = (g["repeat_after_failure_rate"] or 0) <= -10
+            out[f"rot{x}_success_not_lower_than_3pts"] = rot["success_gap_pooled"] >= -3
+        if rot and sh:
+            gr = rot["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
+            gs = sh["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
+            out[f"shuffled{x}_does_not_reproduce_the_gain"] = gr > 0 and gs < 0.5 * gr
     for arm in ("regrpo", "regrpo_anchored"):  # sampled groups (the paper's), constructed members (the code's)
         rl = c.get(f"{arm} vs paper (regrpo)")
         if rl:
@@ -316,6 +325,7 @@ def render(summary: dict[str, Any]) -> str:
 
 __all__ = [
     "COMPARISONS",
+    "CONTINUED_ARMS",
     "ETA_PAIRS",
     "GRPO_ARMS",
     "SFT_ARMS",

@@ -9,7 +9,8 @@ through the same entry points DVC calls (``python -m stages.<name>``):
 - ``prepare`` (shared with ``make seeds``), then ``decompose`` with the RoT engine into ``<subdir>/decomposed``;
 - the SFT arms, each ``distill`` -> ``base`` -> ``sft`` on the same samples and the same budget, differing only in the
   reasoning of the RoT samples: ``plain`` (the plain replanning reasoning), ``rot`` (the triple), ``shuffled``
-  (each triple swapped with a length-matched one of another sample: the control);
+  (each triple swapped with a length-matched one of another sample: the control); not by default: ``plain_x2``,
+  ``rot_x2``, ``shuffled_x2``, a second ``sft`` cycle of the same budget from the arm's own model on its own samples;
 - the GRPO arms from the ``rot`` SFT policy, same prompts (on-policy failure states + RoT states) and budget:
   ``paper`` (the paper's reward), ``regrpo`` (η = 0.1, success executed from the prompt's state), ``regrpo_eta0``
   (η = 0); not by default: ``regrpo_offline`` (success = the gold remaining plan), ``regrpo_anchored``, and
@@ -35,7 +36,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from embodied_rft.regrpo.report import GRPO_ARMS, SFT_ARMS, STEP_SPLITS, render, summarise
+from embodied_rft.regrpo.report import CONTINUED_ARMS, GRPO_ARMS, SFT_ARMS, STEP_SPLITS, render, summarise
 from embodied_rft.tools.seeds import _conf_paths, _run, _run_stage, path_overrides, publish, seed_parser
 
 log = logging.getLogger(__name__)
@@ -59,10 +60,13 @@ STEPS = [*RL_STATES, "grpo.decomposed_prompts=all"]
 EXECUTED = ["reward=regrpo", "reward.regrpo.success=executed"]
 REGRPO = [*RL, *EXECUTED]
 # what each arm changes
-ARMS = {
+ARMS_SFT = {
     "plain": ["teacher.rot.reflection=none"],
     "rot": ["teacher.rot.reflection=rot"],
     "shuffled": ["teacher.rot.reflection=shuffled"],
+}
+ARMS = {
+    **ARMS_SFT,
     "paper": [*RL],
     "regrpo": [*REGRPO],
     "regrpo_eta0": [*REGRPO, "reward.regrpo.eta=0.0"],
@@ -75,6 +79,9 @@ ARMS = {
     # accuracy filter. At η = 0 those groups have equal rewards and are dropped anyway (its η = 0 arm is
     # regrpo_steps_eta0)
     "regrpo_steps_kept": [*STEPS, *EXECUTED, "grpo.filter.upper=${grpo.group_size}"],
+    # not run by default: the SFT arms given a second cycle of the same budget (700 steps) from their own model, at the
+    # default recipe's second-cycle lr (conf/experiment/tiny.yaml); each arm on its own samples, as before
+    **{arm: [*ARMS_SFT[src], "sft.lr=1e-3"] for arm, src in CONTINUED_ARMS.items()},
     # the earlier recipe: success = the whole gold remaining plan, offline (not run by default)
     "regrpo_offline": [*RL, "reward=regrpo"],
     # the released trainer's groups: each RoT state's group holds the correct answer, the reflection + correct answer,
@@ -149,12 +156,24 @@ def run_seed(seed: int, root: Path, subdir: str, arms: list[str], modes: list[st
     )
     after: dict[str, bool] = {}  # arm -> whether it (or anything before it) ran in this call
     need_rot = bool(set(arms) & set(GRPO_ARMS))
-    for arm in [a for a in SFT_ARMS if a in arms or (a == "rot" and need_rot)]:
+    need = {CONTINUED_ARMS[a] for a in arms if a in CONTINUED_ARMS} | ({"rot"} if need_rot else set())
+    for arm in [a for a in SFT_ARMS if a in arms or a in need]:
         args = [*shared, *ARMS[arm], *_models(base / arm), *_outputs(base / arm), *extra]
         r = ran
         for stage in ("distill", "base", "sft"):
             r = _run_stage(seed, stage, args, base / arm / "metrics" / f"{stage}.json", logs / arm / stage, r) or r
         after[arm] = r
+    for arm in [a for a in CONTINUED_ARMS if a in arms]:  # the second SFT cycle, from the arm's first-cycle model
+        src = base / CONTINUED_ARMS[arm]
+        models = [
+            f"paths.distilled={(src / 'distilled' / 'sft.jsonl').as_posix()}",
+            f"paths.teacher_cache={(src / 'teacher_cache').as_posix()}",
+            f"paths.base_model={(src / 'models' / 'sft').as_posix()}",
+            f"paths.sft_model={(base / arm / 'models' / 'sft').as_posix()}",
+        ]
+        args = [*shared, *ARMS[arm], *models, *_outputs(base / arm), *extra]
+        done = base / arm / "metrics" / "sft.json"
+        after[arm] = _run_stage(seed, "sft", args, done, logs / arm / "sft", after[CONTINUED_ARMS[arm]])
     for arm in [a for a in GRPO_ARMS if a in arms]:
         model = f"paths.grpo_model={(base / arm / 'models' / 'grpo').as_posix()}"
         args = [*shared, *ARMS[arm], *_models(base / "rot"), model, *_outputs(base / arm), *extra]
