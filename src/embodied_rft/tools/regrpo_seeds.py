@@ -107,13 +107,14 @@ def _outputs(d: Path) -> list[str]:
     ]
 
 
-def _models(d: Path) -> list[str]:
-    """``paths.*`` overrides for an SFT arm's data and models under ``d``."""
+def _models(d: Path, start: Path | None = None, into: Path | None = None) -> list[str]:
+    """``paths.*`` overrides for an SFT arm's data and models under ``d``; a second SFT cycle starts from ``start``
+    (the first cycle's model, not ``d``'s base) and writes its model under ``into``."""
     return [
         f"paths.distilled={(d / 'distilled' / 'sft.jsonl').as_posix()}",
         f"paths.teacher_cache={(d / 'teacher_cache').as_posix()}",
-        f"paths.base_model={(d / 'models' / 'base').as_posix()}",
-        f"paths.sft_model={(d / 'models' / 'sft').as_posix()}",
+        f"paths.base_model={(start or d / 'models' / 'base').as_posix()}",
+        f"paths.sft_model={((into or d) / 'models' / 'sft').as_posix()}",
     ]
 
 
@@ -165,12 +166,7 @@ def run_seed(seed: int, root: Path, subdir: str, arms: list[str], modes: list[st
         after[arm] = r
     for arm in [a for a in CONTINUED_ARMS if a in arms]:  # the second SFT cycle, from the arm's first-cycle model
         src = base / CONTINUED_ARMS[arm]
-        models = [
-            f"paths.distilled={(src / 'distilled' / 'sft.jsonl').as_posix()}",
-            f"paths.teacher_cache={(src / 'teacher_cache').as_posix()}",
-            f"paths.base_model={(src / 'models' / 'sft').as_posix()}",
-            f"paths.sft_model={(base / arm / 'models' / 'sft').as_posix()}",
-        ]
+        models = _models(src, start=src / "models" / "sft", into=base / arm)
         args = [*shared, *ARMS[arm], *models, *_outputs(base / arm), *extra]
         done = base / arm / "metrics" / "sft.json"
         after[arm] = _run_stage(seed, "sft", args, done, logs / arm / "sft", after[CONTINUED_ARMS[arm]])
