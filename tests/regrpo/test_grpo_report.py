@@ -280,3 +280,53 @@ def test_a_second_sft_cycle_starts_from_its_arm_s_model_on_its_samples(tmp_path,
         "rot_x2_repeat_after_failure_-10pts": False,
         "rot_x2_success_not_lower_than_3pts": True,
     }
+
+
+def test_the_x2_rl_arms_start_from_the_second_cycle_s_rot_policy_and_share_states_only_with_it(tmp_path, monkeypatch):
+    from embodied_rft.params import compose
+    from embodied_rft.tools import regrpo_seeds as rs
+
+    calls, runs = [], []
+
+    def fake(seed, stage, args, done, log_base, force):
+        calls.append((stage, log_base.parent.name, dict(a.split("=", 1) for a in args), force))
+        return stage == "sft" and log_base.parent.name == "rot_x2"  # the second cycle "reran"
+
+    monkeypatch.setattr(rs, "_run_stage", fake)
+    monkeypatch.setattr(rs, "_run", lambda cmd, log: runs.append(cmd[cmd.index("--model") + 1]))
+    base = tmp_path / "seed-3" / "regrpo"
+    # states collected from the first-cycle rot policy must not reach an arm that starts from rot_x2
+    old = base / "regrpo_steps" / "work" / "grpo_states"
+    old.mkdir(parents=True)
+    for name in ("states.jsonl", "states.meta.json"):
+        (old / name).write_text("{}\n")
+    rs.run_seed(3, tmp_path / "seed-3", "regrpo", ["regrpo_steps_kept_x2", "regrpo_steps_eta0_x2"], ["regrpo"], [])
+    order = [(s, a) for s, a, _, _ in calls if a not in ("logs",)]
+    assert order[:5] == [("distill", "rot"), ("base", "rot"), ("sft", "rot"), ("sft", "rot_x2"), ("grpo", order[4][1])]
+    grpo = {a: (args, force) for s, a, args, force in calls if s == "grpo"}
+    assert list(grpo) == ["regrpo_steps_kept_x2", "regrpo_steps_eta0_x2"]
+    b = base.as_posix()
+    for arm, (args, force) in grpo.items():
+        assert args["paths.sft_model"] == f"{b}/rot_x2/models/sft"  # the policy and the KL reference
+        assert args["paths.grpo_model"] == f"{b}/{arm}/models/grpo"
+        assert force is True  # retrained after its start reran
+        assert not (base / arm / "work" / "grpo_states").exists()
+    # the first arm's states (collected from rot_x2) are shared with the second only
+    (base / "regrpo_steps_kept_x2" / "work" / "grpo_states").mkdir(parents=True)
+    for name in ("states.jsonl", "states.meta.json"):
+        (base / "regrpo_steps_kept_x2" / "work" / "grpo_states" / name).write_text("x2\n")
+    rs._share_states(base, "regrpo_steps_eta0_x2")
+    shared = base / "regrpo_steps_eta0_x2" / "work" / "grpo_states" / "states.jsonl"
+    assert shared.read_text() == "x2\n"
+    # the held-out steps of both starts and both arms, each on valid_seen's and valid_unseen's samples
+    models = {f"{b}/rot/models/sft", f"{b}/rot_x2/models/sft", *(f"{b}/{a}/models/grpo" for a in grpo)}
+    assert set(runs) == models and len(runs) == 2 * len(models)
+    # each arm composes as its first-cycle twin: kept keeps all-success groups, eta0 has no cost
+    for arm, twin in (("regrpo_steps_kept_x2", "regrpo_steps_kept"), ("regrpo_steps_eta0_x2", "regrpo_steps_eta0")):
+        assert rs.ARMS[arm] == rs.ARMS[twin]
+    cfg = compose("conf", [*rs.RECIPE, *rs.ARMS["regrpo_steps_kept_x2"]])
+    assert cfg["grpo"]["filter"]["upper"] == 8 and cfg["reward"]["regrpo"]["eta"] == 0.1
+    eta = {"regrpo_steps_kept_x2 vs regrpo_steps_eta0_x2 (steps, valid_unseen)": {"tokens_per_call": [10.0, 1.9]}}
+    assert checks({}, eta) == {"regrpo_steps_kept_x2_eta_reflection_tokens_after_success_<=20pct_of_eta0": True}
+    eta["regrpo_steps_kept_x2 vs regrpo_steps_eta0_x2 (steps, valid_unseen)"]["tokens_per_call"] = [10.0, 2.1]
+    assert checks({}, eta) == {"regrpo_steps_kept_x2_eta_reflection_tokens_after_success_<=20pct_of_eta0": False}

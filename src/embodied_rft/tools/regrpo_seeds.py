@@ -15,8 +15,9 @@ through the same entry points DVC calls (``python -m stages.<name>``):
   ``paper`` (the paper's reward), ``regrpo`` (η = 0.1, success executed from the prompt's state), ``regrpo_eta0``
   (η = 0); not by default: ``regrpo_offline`` (success = the gold remaining plan), ``regrpo_anchored``, and
   ``paper_steps`` / ``regrpo_steps`` / ``regrpo_steps_eta0`` (the clean decomposed steps added to the prompts) and
-  ``regrpo_steps_kept`` (regrpo_steps keeping the all-success groups);
-- the held-out per-step reflection of the ``rot`` arm and each GRPO arm (``regrpo/steps.py``) on the decomposed
+  ``regrpo_steps_kept`` (regrpo_steps keeping the all-success groups); and from ``rot_x2`` (run first when missing),
+  ``regrpo_steps_kept_x2`` / ``regrpo_steps_eta0_x2``: the kept arm and its η = 0 arm;
+- the held-out per-step reflection of the ``rot`` arm, each GRPO arm and the SFT model it starts from (``regrpo/steps.py``) on the decomposed
   samples of valid_unseen (decompose's val file) and of valid_seen (a second ``decompose`` into
   ``decomposed-valid_seen``): the calls the η check reads;
 - ``evaluate`` of each arm's model in each mode of ``--modes`` (``evaluate.reflection``).
@@ -36,7 +37,15 @@ import shutil
 import sys
 from pathlib import Path
 
-from embodied_rft.regrpo.report import CONTINUED_ARMS, GRPO_ARMS, SFT_ARMS, STEP_SPLITS, render, summarise
+from embodied_rft.regrpo.report import (
+    CONTINUED_ARMS,
+    GRPO_ARMS,
+    RL_STARTS,
+    SFT_ARMS,
+    STEP_SPLITS,
+    render,
+    summarise,
+)
 from embodied_rft.tools.seeds import _conf_paths, _run, _run_stage, path_overrides, publish, seed_parser
 
 log = logging.getLogger(__name__)
@@ -82,6 +91,10 @@ ARMS = {
     # not run by default: the SFT arms given a second cycle of the same budget (700 steps) from their own model, at the
     # default recipe's second-cycle lr (conf/experiment/tiny.yaml); each arm on its own samples, as before
     **{arm: [*ARMS_SFT[src], "sft.lr=1e-3"] for arm, src in CONTINUED_ARMS.items()},
+    # not run by default: the η pair of the kept arm from the RoT policy after its second SFT cycle (RL_STARTS), whose
+    # higher success puts more groups in the all-success band where the cost is the only difference
+    "regrpo_steps_kept_x2": [*STEPS, *EXECUTED, "grpo.filter.upper=${grpo.group_size}"],
+    "regrpo_steps_eta0_x2": [*STEPS, *EXECUTED, "reward.regrpo.eta=0.0"],
     # the earlier recipe: success = the whole gold remaining plan, offline (not run by default)
     "regrpo_offline": [*RL, "reward=regrpo"],
     # the released trainer's groups: each RoT state's group holds the correct answer, the reflection + correct answer,
@@ -126,7 +139,8 @@ def _share_states(base: Path, arm: str) -> None:
         return
     for other in GRPO_ARMS:
         src = base / other / "work" / "grpo_states"
-        if other != arm and (src / "states.jsonl").exists() and (src / "states.meta.json").exists():
+        same_start = RL_STARTS.get(other, "rot") == RL_STARTS.get(arm, "rot")
+        if other != arm and same_start and (src / "states.jsonl").exists() and (src / "states.meta.json").exists():
             dst.mkdir(parents=True, exist_ok=True)
             for name in ("states.jsonl", "states.meta.json"):
                 shutil.copyfile(src / name, dst / name)
@@ -156,15 +170,16 @@ def run_seed(seed: int, root: Path, subdir: str, arms: list[str], modes: list[st
         ran,
     )
     after: dict[str, bool] = {}  # arm -> whether it (or anything before it) ran in this call
-    need_rot = bool(set(arms) & set(GRPO_ARMS))
-    need = {CONTINUED_ARMS[a] for a in arms if a in CONTINUED_ARMS} | ({"rot"} if need_rot else set())
+    starts = {RL_STARTS.get(a, "rot") for a in arms if a in GRPO_ARMS}  # the SFT models the RL arms start from
+    continued = [a for a in CONTINUED_ARMS if a in arms or a in starts]
+    need = {CONTINUED_ARMS[a] for a in continued} | (starts & set(SFT_ARMS))
     for arm in [a for a in SFT_ARMS if a in arms or a in need]:
         args = [*shared, *ARMS[arm], *_models(base / arm), *_outputs(base / arm), *extra]
         r = ran
         for stage in ("distill", "base", "sft"):
             r = _run_stage(seed, stage, args, base / arm / "metrics" / f"{stage}.json", logs / arm / stage, r) or r
         after[arm] = r
-    for arm in [a for a in CONTINUED_ARMS if a in arms]:  # the second SFT cycle, from the arm's first-cycle model
+    for arm in continued:  # the second SFT cycle, from the arm's first-cycle model
         src = base / CONTINUED_ARMS[arm]
         models = _models(src, start=src / "models" / "sft", into=base / arm)
         args = [*shared, *ARMS[arm], *models, *_outputs(base / arm), *extra]
@@ -172,11 +187,13 @@ def run_seed(seed: int, root: Path, subdir: str, arms: list[str], modes: list[st
         after[arm] = _run_stage(seed, "sft", args, done, logs / arm / "sft", after[CONTINUED_ARMS[arm]])
     for arm in [a for a in GRPO_ARMS if a in arms]:
         model = f"paths.grpo_model={(base / arm / 'models' / 'grpo').as_posix()}"
-        args = [*shared, *ARMS[arm], *_models(base / "rot"), model, *_outputs(base / arm), *extra]
+        start = RL_STARTS.get(arm, "rot")
+        models = _models(base / "rot") if start == "rot" else _models(base / "rot", into=base / start)
+        args = [*shared, *ARMS[arm], *models, model, *_outputs(base / arm), *extra]
         done = base / arm / "metrics" / "grpo.json"
         _share_states(base, arm)
-        after[arm] = _run_stage(seed, "grpo", args, done, logs / arm / "grpo", after["rot"])
-    measured = [a for a in after if a in GRPO_ARMS or a == "rot"]
+        after[arm] = _run_stage(seed, "grpo", args, done, logs / arm / "grpo", after[start])
+    measured = [a for a in after if a in GRPO_ARMS or a == "rot" or a in starts]
     if measured:
         # the held-out per-step calls (regrpo/steps.py) of each split: decompose's val file is valid_unseen's (the
         # report's); valid_seen's, for choosing a recipe, comes from a second decompose into its own folder
