@@ -17,8 +17,8 @@ through the same entry points DVC calls (``python -m stages.<name>``):
   ``paper_steps`` / ``regrpo_steps`` / ``regrpo_steps_eta0`` (the clean decomposed steps added to the prompts) and
   ``regrpo_steps_kept`` (regrpo_steps keeping the all-success groups); and from ``rot_x2`` (run first when missing),
   ``regrpo_steps_kept_x2`` / ``regrpo_steps_eta0_x2``: the kept arm and its η = 0 arm;
-- the held-out per-step reflection of the ``rot`` arm, each GRPO arm and the SFT model it starts from (``regrpo/steps.py``) on the decomposed
-  samples of valid_unseen (decompose's val file) and of valid_seen (a second ``decompose`` into
+- the held-out per-step reflection of the ``rot`` arm, each GRPO arm and the SFT model it starts from
+  (``regrpo/steps.py``) on the decomposed samples of valid_unseen (decompose's val file) and of valid_seen (a second ``decompose`` into
   ``decomposed-valid_seen``): the calls the η check reads;
 - ``evaluate`` of each arm's model in each mode of ``--modes`` (``evaluate.reflection``).
 
@@ -131,6 +131,11 @@ def _models(d: Path, start: Path | None = None, into: Path | None = None) -> lis
     ]
 
 
+def _start(arm: str) -> str:
+    """The SFT arm whose model a GRPO arm starts from (and takes as its KL reference)."""
+    return RL_STARTS.get(arm, "rot")
+
+
 def _share_states(base: Path, arm: str) -> None:
     """Copy the on-policy states another GRPO arm collected from the same RoT-SFT policy into this arm's work dir;
     the stage reuses them only when their inputs' fingerprint matches (``train/grpo/onpolicy.py``)."""
@@ -139,8 +144,12 @@ def _share_states(base: Path, arm: str) -> None:
         return
     for other in GRPO_ARMS:
         src = base / other / "work" / "grpo_states"
-        same_start = RL_STARTS.get(other, "rot") == RL_STARTS.get(arm, "rot")
-        if other != arm and same_start and (src / "states.jsonl").exists() and (src / "states.meta.json").exists():
+        if (
+            other != arm
+            and _start(other) == _start(arm)
+            and (src / "states.jsonl").exists()
+            and (src / "states.meta.json").exists()
+        ):
             dst.mkdir(parents=True, exist_ok=True)
             for name in ("states.jsonl", "states.meta.json"):
                 shutil.copyfile(src / name, dst / name)
@@ -170,7 +179,7 @@ def run_seed(seed: int, root: Path, subdir: str, arms: list[str], modes: list[st
         ran,
     )
     after: dict[str, bool] = {}  # arm -> whether it (or anything before it) ran in this call
-    starts = {RL_STARTS.get(a, "rot") for a in arms if a in GRPO_ARMS}  # the SFT models the RL arms start from
+    starts = {_start(a) for a in arms if a in GRPO_ARMS}  # the SFT models the RL arms start from
     continued = [a for a in CONTINUED_ARMS if a in arms or a in starts]
     need = {CONTINUED_ARMS[a] for a in continued} | (starts & set(SFT_ARMS))
     for arm in [a for a in SFT_ARMS if a in arms or a in need]:
@@ -187,12 +196,11 @@ def run_seed(seed: int, root: Path, subdir: str, arms: list[str], modes: list[st
         after[arm] = _run_stage(seed, "sft", args, done, logs / arm / "sft", after[CONTINUED_ARMS[arm]])
     for arm in [a for a in GRPO_ARMS if a in arms]:
         model = f"paths.grpo_model={(base / arm / 'models' / 'grpo').as_posix()}"
-        start = RL_STARTS.get(arm, "rot")
-        models = _models(base / "rot") if start == "rot" else _models(base / "rot", into=base / start)
+        models = _models(base / "rot", into=base / _start(arm))  # rot's data; the model of the arm's start
         args = [*shared, *ARMS[arm], *models, model, *_outputs(base / arm), *extra]
         done = base / arm / "metrics" / "grpo.json"
         _share_states(base, arm)
-        after[arm] = _run_stage(seed, "grpo", args, done, logs / arm / "grpo", after[start])
+        after[arm] = _run_stage(seed, "grpo", args, done, logs / arm / "grpo", after[_start(arm)])
     measured = [a for a in after if a in GRPO_ARMS or a == "rot" or a in starts]
     if measured:
         # the held-out per-step calls (regrpo/steps.py) of each split: decompose's val file is valid_unseen's (the
