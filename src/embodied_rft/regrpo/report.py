@@ -2,10 +2,10 @@
 evaluation over seeds.
 
 Input: per seed, per arm (``plain``, ``rot``, ``shuffled``: the SFT arms, and ``*_x2``: each given a second SFT
-cycle; ``paper``, ``regrpo``, ``regrpo_eta0``,
-``regrpo_anchored`` — with the constructed group members of the released trainer, ``grpo.anchors`` —,
-``regrpo_offline`` and the ``*_steps`` arms — the clean decomposed steps among the prompts —: GRPO from the RoT-SFT
-policy, or from ``rot_x2`` for the arms of :data:`RL_STARTS`) and per evaluation mode (``free``, ``regrpo``: ``evaluate.reflection``), the record
+cycle; ``paper``, ``regrpo``, ``regrpo_eta0``, ``regrpo_anchored`` — with the constructed group members of the
+released trainer, ``grpo.anchors`` —, ``regrpo_offline`` and the ``*_steps`` arms — the clean decomposed steps among
+the prompts —: GRPO from the RoT-SFT policy, or from ``rot_x2`` for the arms of :data:`RL_STARTS`) and per evaluation
+mode (``free``, ``regrpo``: ``evaluate.reflection``), the record
 ``metrics/eval.details.json`` of that evaluation (one model in it), and per arm and split the held-out per-step
 reflection counts (``regrpo/steps.py``: ``metrics/steps-<split>.json``). Output: success, the behaviour columns
 (repeat-after-failure, recovered-next-call: executes / oracle-correct) and the reflection counts per seed and

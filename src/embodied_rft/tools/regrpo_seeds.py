@@ -18,8 +18,8 @@ through the same entry points DVC calls (``python -m stages.<name>``):
   ``regrpo_steps_kept`` (regrpo_steps keeping the all-success groups); and from ``rot_x2`` (run first when missing),
   ``regrpo_steps_kept_x2`` / ``regrpo_steps_eta0_x2``: the kept arm and its η = 0 arm;
 - the held-out per-step reflection of the ``rot`` arm, each GRPO arm and the SFT model it starts from
-  (``regrpo/steps.py``) on the decomposed samples of valid_unseen (decompose's val file) and of valid_seen (a second ``decompose`` into
-  ``decomposed-valid_seen``): the calls the η check reads;
+  (``regrpo/steps.py``) on the decomposed samples of valid_unseen (decompose's val file) and of valid_seen (a second
+  ``decompose`` into ``decomposed-valid_seen``): the calls the η check reads;
 - ``evaluate`` of each arm's model in each mode of ``--modes`` (``evaluate.reflection``).
 
 A stage is skipped when its metrics exist with unchanged parameters (``tools/seeds.py``'s stamps), and every stage
@@ -91,10 +91,6 @@ ARMS = {
     # not run by default: the SFT arms given a second cycle of the same budget (700 steps) from their own model, at the
     # default recipe's second-cycle lr (conf/experiment/tiny.yaml); each arm on its own samples, as before
     **{arm: [*ARMS_SFT[src], "sft.lr=1e-3"] for arm, src in CONTINUED_ARMS.items()},
-    # not run by default: the η pair of the kept arm from the RoT policy after its second SFT cycle (RL_STARTS), whose
-    # higher success puts more groups in the all-success band where the cost is the only difference
-    "regrpo_steps_kept_x2": [*STEPS, *EXECUTED, "grpo.filter.upper=${grpo.group_size}"],
-    "regrpo_steps_eta0_x2": [*STEPS, *EXECUTED, "reward.regrpo.eta=0.0"],
     # the earlier recipe: success = the whole gold remaining plan, offline (not run by default)
     "regrpo_offline": [*RL, "reward=regrpo"],
     # the released trainer's groups: each RoT state's group holds the correct answer, the reflection + correct answer,
@@ -103,6 +99,10 @@ ARMS = {
     # for sampled groups; docs/experiments.md, 2026-12-04 (late night))
     "regrpo_anchored": [*RL, "reward=regrpo", "grpo.anchors=[correct,reflect,failed,corrupted]"],
 }
+# not run by default: the η pair of the kept arm (its recipe and regrpo_steps_eta0's, unchanged) from the RoT policy
+# after its second SFT cycle (RL_STARTS), whose higher success puts more groups in the all-success band where the cost
+# is the only difference
+ARMS.update({arm: ARMS[arm.removesuffix("_x2")] for arm in RL_STARTS})
 DEFAULT_ARMS = [*SFT_ARMS, "paper", "regrpo", "regrpo_eta0"]
 MODES = ("free", "regrpo")
 
