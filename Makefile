@@ -15,7 +15,7 @@ export PYTHONHASHSEED ?= 0
 # stage commands in dvc.yaml run `python` from the project's venv
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: vllm-env smollm2 bon bon-headroom bon-seeds regrpo-seeds regrpo-sft regrpo-grpo regrpo-report help install params params-check repro results lint test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics plots fetch-alfred
+.PHONY: vllm-env smollm2 bon bon-headroom bon-seeds regrpo-seeds regrpo-sft regrpo-grpo regrpo-twins regrpo-report help install params params-check repro results lint test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics plots fetch-alfred
 
 help: ## list every target
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -62,6 +62,9 @@ regrpo-sft: $(STAMP) params ## ReGRPO's cold-start SFT arms only (plain, rot, sh
 
 regrpo-grpo: $(STAMP) params ## ReGRPO's RL arms only (paper reward, regrpo, regrpo eta=0; from the rot SFT arm) per seed in SEEDS, then the table
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms paper regrpo regrpo_eta0
+
+regrpo-twins: $(STAMP) params ## ReGRPO's eta pair from the second-cycle RoT policy, every arm on data with the silent twins (docs/regrpo.md §2), per seed in SEEDS under runs/seed-N/regrpo-twins; then metrics/regrpo_twins.json, reports/regrpo_twins.md
+	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --subdir regrpo-twins --arms rot_x2 regrpo_steps_kept_x2 regrpo_steps_eta0_x2 --modes regrpo --out-metrics metrics/regrpo_twins.json --out-report reports/regrpo_twins.md -- decompose.rot.silent_twins=true
 
 regrpo-report: $(STAMP) ## the ReGRPO table from the finished runs/seed-N/regrpo evaluations (runs nothing)
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --summary-only

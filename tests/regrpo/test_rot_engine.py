@@ -189,3 +189,34 @@ def test_defaults_keep_decomposition_unchanged_and_rot_needs_recovery(tmp_path):
     cfg = build(DecomposeConfig, {"recovery_per_episode": 1, "rot": {"enabled": True}}, "decompose")
     m = run_decompose(cfg, PROMPT, tmp_path / "eps", tmp_path / "dec", tmp_path / "decompose.json")
     assert m["train"]["rot"]["written"] == m["train"]["recovery_samples"] > 0 and "rot" not in m["val"]
+
+
+def test_silent_twins_keep_the_expert_s_next_state_beside_each_silent_near_miss(world):
+    from embodied_rft.data.decompose import _steps_per_episode
+
+    eps, _, samples, _ = world
+    drawn = _steps_per_episode(samples, 2, 3)
+    paired = _steps_per_episode(samples, 2, 3, twins=True)
+    by_id = {s["sample_id"]: s for s in samples}
+    silent = [s for s in samples if s.get("rot", {}).get("executes")]
+    twin_id = lambda s: f"{s['episode_id']}:{s['step'] + 1}"  # noqa: E731
+    has_twin = [s for s in silent if twin_id(s) in by_id]
+    assert len(has_twin) > 20
+    # the same budget: step 0 plus one other clean step per trajectory, every recovery sample kept
+    clean = lambda ss: [s for s in ss if not s["sample_id"].endswith(":recover")]  # noqa: E731
+    assert len(clean(paired)) == len(clean(drawn)) and len(paired) == len(drawn)
+    assert {s["sample_id"] for s in paired if "rot" in s} == {s["sample_id"] for s in samples if "rot" in s}
+    assert sum(s["step"] == 0 for s in clean(paired)) == sum(s["step"] == 0 for s in clean(drawn)) == len(eps)
+    # every silent near-miss (one recovery step per trajectory here) has its twin, a uniform draw only some
+    kept = {s["sample_id"] for s in paired}
+    assert all(twin_id(s) in kept for s in has_twin)
+    assert sum(twin_id(s) in {d["sample_id"] for d in drawn} for s in has_twin) < len(has_twin)
+    for s in has_twin:  # the twin: the same history, the last action the expert's (executed), no `rot` field
+        twin = by_id[twin_id(s)]
+        assert twin["history"][:-1] == s["history"][:-1] and "rot" not in twin
+        assert twin["history"][-1]["action_name"] == s["rot"]["expected"][1] != s["rot"]["failed_action"][1]
+        assert twin["history"][-1]["feedback"] == s["history"][-1]["feedback"]  # both executed, silently
+    # trajectories without a silent near-miss keep the uniform draw
+    noisy = {s["episode_id"] for s in silent}
+    assert [s for s in drawn if s["episode_id"] not in noisy] == [s for s in paired if s["episode_id"] not in noisy]
+    assert build(DecomposeConfig, {}, "decompose").rot.silent_twins is False

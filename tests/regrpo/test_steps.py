@@ -36,13 +36,15 @@ def test_the_kind_of_a_call_is_read_from_its_history():
 
 
 def test_the_tally_counts_reflecting_answers_and_their_tokens_per_kind():
-    t = steps.tally(["after_success", "first", "after_success", "after_success"], [0, 0, 12, 6], [False] * 3 + [True])
+    kinds = ["after_success", "first", "after_success", "after_success"]
+    t = steps.tally(kinds, [0, 0, 12, 6], [False] * 3 + [True], ["", "", "GroundingDrift", ""])
     assert list(t) == ["first", "after_success"]  # in the order of steps.KINDS
     assert t["first"] == {
         "calls": 1,
         "reflecting": 0,
         "reflection_tokens": 0,
         "truncated": 0,
+        "named": {},
         "tokens_per_call": 0.0,
         "reflection_rate": 0.0,
     }
@@ -51,9 +53,12 @@ def test_the_tally_counts_reflecting_answers_and_their_tokens_per_kind():
         "reflecting": 2,
         "reflection_tokens": 18,
         "truncated": 1,
+        "named": {"GroundingDrift": 1, "none": 1},  # reflecting answers by the ErrorType they name
         "tokens_per_call": 6.0,
         "reflection_rate": 0.6667,
     }
+    assert steps.named_type('{"reasoning_and_reflection": "ErrorType: ToolMismatch. Evidence: x"}') == "ToolMismatch"
+    assert steps.named_type('{"reasoning_and_reflection": "Evidence: x"}') == ""
     with pytest.raises(ValueError, match="2 kinds, 1 token counts"):
         steps.tally(["first", "first"], [0], [False, False])
 
@@ -95,6 +100,7 @@ def test_measure_counts_each_decoded_answer_s_reflection_in_the_policy_tokens(mo
         "reflecting": 1,
         "reflection_tokens": n[4],
         "truncated": 1,
+        "named": {"GroundingDrift": 1},
         "tokens_per_call": float(n[4]),
         "reflection_rate": 1.0,
     }

@@ -273,22 +273,29 @@ def decompose_episodes(
     return out
 
 
-def _steps_per_episode(samples: list[dict], k: int, seed: int) -> list[dict]:
+def _steps_per_episode(samples: list[dict], k: int, seed: int, twins: bool = False) -> list[dict]:
     """Step 0 and k-1 other steps of each episode (fixed seed per episode id), in the original order; recovery
-    samples are kept apart from the k."""
+    samples are kept apart from the k. With ``twins`` (``decompose.rot.silent_twins``) the other steps start with
+    the step after each silent RoT sample's (its clean twin), the rest drawn as before."""
     if not k:
         return samples
     by_episode: dict[str, list[int]] = {}
+    silent: dict[str, set[int]] = {}
     keep: set[int] = set()
     for i, s in enumerate(samples):
         if s["sample_id"].endswith(RECOVERY_SUFFIX):
             keep.add(i)
+            if twins and s.get("rot", {}).get("executes"):
+                silent.setdefault(s["episode_id"], set()).add(s["step"] + 1)
         else:
             by_episode.setdefault(s["episode_id"], []).append(i)
     for eid, idx in by_episode.items():
         first = [i for i in idx if samples[i]["step"] == 0][:1]
         rest = [i for i in idx if samples[i]["step"] != 0]
-        keep.update(first + random.Random(f"{seed}:{eid}").sample(rest, min(len(rest), k - len(first))))
+        pref = [i for i in rest if samples[i]["step"] in silent.get(eid, ())][: max(0, k - len(first))]
+        rest = [i for i in rest if i not in pref]
+        n = min(len(rest), k - len(first) - len(pref))
+        keep.update(first + pref + random.Random(f"{seed}:{eid}").sample(rest, n))
     return [s for i, s in enumerate(samples) if i in keep]
 
 
@@ -354,7 +361,7 @@ def run_decompose(
                 eps, prompt_cfg, image_dir, f"decompose {name}", wheres, recovery, cfg.seed, rot
             )
             if name == "train":
-                samples = _steps_per_episode(samples, cfg.steps_per_episode, cfg.seed)
+                samples = _steps_per_episode(samples, cfg.steps_per_episode, cfg.seed, cfg.rot.silent_twins)
             samples = seeded_subset(samples, cap, cfg.seed)
             with atomic_open(tmp / f"{name}.jsonl") as fh:
                 for s in samples:

@@ -44,6 +44,11 @@ class RotConfig:
     # a step whose chosen type would rise more than this above its target share gets no RoT sample (counted), so a
     # type that is feasible where the others are not cannot crowd them out; 1.0 = never skip
     max_over_target: float = 0.04
+    # with decompose.steps_per_episode, a trajectory's drawn clean steps start with the silent twins: the expert's
+    # state right after the step of each of its RoT samples whose near-miss executed (GroundingDrift). The twin's
+    # history equals the RoT sample's up to the last action, which there found the right object and here a wrong
+    # one, both "executed successfully", so the data holds both sides of a silent failure. false = drawn uniformly
+    silent_twins: bool = False
 
     def __post_init__(self) -> None:
         check(

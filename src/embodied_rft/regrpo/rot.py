@@ -320,6 +320,10 @@ def report(engine: RotEngine, samples: list[dict], episodes: dict[str, dict], se
         gates={"pass_rate": rate(passed), "problems": dict(problems)},
         silent_share=rate(sum(s["rot"]["executes"] for s in rots)),
     )
+    ids = {s["sample_id"] for s in samples}
+    silent = [s for s in rots if s["rot"]["executes"]]
+    twins = sum(f"{s['episode_id']}:{s['step'] + 1}" in ids for s in silent)
+    out["silent_with_clean_twin"] = round(twins / len(silent), 4) if silent else 0.0
     out["floors"] = {
         "feedback_all_from_simulator": n > 0 and same == n,
         "gates_95pct": n > 0 and passed >= 0.95 * n,

@@ -11,9 +11,10 @@ its recovery samples are in the train file only).
 Input: a model folder and decomposed samples (JSONL). Output (:func:`measure`): per kind of call (``first``: no
 history; ``after_success``: the last action executed; ``after_failure``: it was invalid) the calls, the greedy
 answers that reflect, their reflection tokens in the model's tokenizer (:func:`text.reflection_tokens`: the span
-from the first ErrorType/Evidence/FixPlan marker), tokens per call, and answers cut at the token cap; plus the
-model files' digest, so a finished measurement is reused only for the same weights. Greedy decoding with the
-fast sampler, the GRPO stage's held-out check's (``train/grpo/heldout.greedy_responses``).
+from the first ErrorType/Evidence/FixPlan marker), tokens per call, the reflecting answers per ErrorType they name
+(``named``), and answers cut at the token cap; plus the model files' digest, so a finished measurement is reused
+only for the same weights. Greedy decoding with the fast sampler, the GRPO stage's held-out check's
+(``train/grpo/heldout.greedy_responses``).
 
 ``python -m embodied_rft.regrpo.steps --model DIR --samples FILE --out FILE`` writes the result atomically
 (``tools/regrpo_seeds.py`` runs it for every arm; ``regrpo/report.py`` reads it for the η check).
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,11 +34,12 @@ from typing import Any
 from ..core.atomic import write_json_atomic
 from ..core.digest import file_digest, folder_digests, json_digest
 from ..data.jsonl import read_jsonl
-from .text import last_failed, reflection_tokens
+from .text import last_failed, reflection_span, reflection_tokens
 
 log = logging.getLogger(__name__)
 
 KINDS = ("first", "after_success", "after_failure")
+_NAMED = re.compile(r"ErrorType:\s*([A-Za-z]+)")
 
 
 def call_kind(sample: dict, where: str = "sample") -> str:
@@ -49,18 +52,33 @@ def call_kind(sample: dict, where: str = "sample") -> str:
     return "after_failure" if last_failed(history) else "after_success"
 
 
-def tally(kinds: Sequence[str], tokens: Sequence[int], truncated: Sequence[bool]) -> dict[str, dict[str, Any]]:
-    """Per kind: calls, reflecting answers, reflection tokens, tokens per call, reflection rate, truncated answers."""
-    if not len(kinds) == len(tokens) == len(truncated):
-        raise ValueError(f"tally: {len(kinds)} kinds, {len(tokens)} token counts, {len(truncated)} truncation flags")
+def tally(
+    kinds: Sequence[str], tokens: Sequence[int], truncated: Sequence[bool], types: Sequence[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per kind: calls, reflecting answers, reflection tokens, tokens per call, reflection rate, truncated answers;
+    with ``types`` (the ErrorType each answer names, "" for none) the reflecting answers per named type."""
+    types = types if types is not None else [""] * len(kinds)
+    if not len(kinds) == len(tokens) == len(truncated) == len(types):
+        raise ValueError(
+            f"tally: {len(kinds)} kinds, {len(tokens)} token counts, {len(truncated)} truncation flags, "
+            f"{len(types)} error types"
+        )
     out: dict[str, dict[str, Any]] = {}
-    for k, t, cut in zip(kinds, tokens, truncated, strict=True):
-        d = out.setdefault(k, {"calls": 0, "reflecting": 0, "reflection_tokens": 0, "truncated": 0})
+    for k, t, cut, et in zip(kinds, tokens, truncated, types, strict=True):
+        d = out.setdefault(k, {"calls": 0, "reflecting": 0, "reflection_tokens": 0, "truncated": 0, "named": {}})
         d["calls"] += 1
         d["reflecting"] += t > 0
         d["reflection_tokens"] += t
         d["truncated"] += bool(cut)
+        if t > 0:
+            d["named"][et or "none"] = d["named"].get(et or "none", 0) + 1
     return {k: with_rates(out[k]) for k in KINDS if k in out}
+
+
+def named_type(response: str) -> str:
+    """The ErrorType a response's reflection names ("" when it names none)."""
+    m = _NAMED.search(reflection_span(response))
+    return m.group(1) if m else ""
 
 
 def with_rates(d: dict[str, Any]) -> dict[str, Any]:
@@ -100,14 +118,15 @@ def measure(
     resps = greedy_responses(
         model, io, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, sampler=make_sampler(model, "fast")
     )
-    tokens = [reflection_tokens(io.decode(resp), count) for resp in resps]
+    texts = [io.decode(resp) for resp in resps]
+    tokens = [reflection_tokens(text, count) for text in texts]
     truncated = [not (resp and resp[-1] in eos) for resp in resps]
     return {
         "model": Path(model_dir).as_posix(),
         "model_digest": model_digest(model_dir),
         "samples": len(samples),
         "max_new_tokens": max_new_tokens,
-        "kinds": tally(kinds, tokens, truncated),
+        "kinds": tally(kinds, tokens, truncated, [named_type(t) for t in texts]),
     }
 
 
