@@ -220,3 +220,9 @@ def test_silent_twins_keep_the_expert_s_next_state_beside_each_silent_near_miss(
     noisy = {s["episode_id"] for s in silent}
     assert [s for s in drawn if s["episode_id"] not in noisy] == [s for s in paired if s["episode_id"] not in noisy]
     assert build(DecomposeConfig, {}, "decompose").rot.silent_twins is False
+    with pytest.raises(ConfigError, match=r"decompose.rot.silent_twins: needs decompose.rot.enabled"):
+        build(DecomposeConfig, {"recovery_per_episode": 1, "rot": {"silent_twins": True}}, "decompose")
+    with pytest.raises(ConfigError, match=r"decompose.rot.silent_twins: .*steps_per_episode > 0"):
+        build(DecomposeConfig, {"recovery_per_episode": 1, "rot": {"enabled": True, "silent_twins": True}}, "decompose")
+    on = {"recovery_per_episode": 1, "steps_per_episode": 2, "rot": {"enabled": True, "silent_twins": True}}
+    assert build(DecomposeConfig, on, "decompose").rot.silent_twins is True

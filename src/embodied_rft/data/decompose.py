@@ -85,6 +85,11 @@ class DecomposeConfig:
             "decompose.rot.enabled",
             "needs decompose.recovery_per_episode > 0 (the steps that get a near-miss)",
         )
+        check(
+            not self.rot.silent_twins or (self.rot.enabled and self.steps_per_episode > 0),
+            "decompose.rot.silent_twins",
+            "needs decompose.rot.enabled and decompose.steps_per_episode > 0 (the twins replace drawn clean steps)",
+        )
         check(bool(self.train_split), "decompose.train_split", "must name an episode split, e.g. train")
 
 
