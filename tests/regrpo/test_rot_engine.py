@@ -226,3 +226,20 @@ def test_silent_twins_keep_the_expert_s_next_state_beside_each_silent_near_miss(
         build(DecomposeConfig, {"recovery_per_episode": 1, "rot": {"enabled": True, "silent_twins": True}}, "decompose")
     on = {"recovery_per_episode": 1, "steps_per_episode": 2, "rot": {"enabled": True, "silent_twins": True}}
     assert build(DecomposeConfig, on, "decompose").rot.silent_twins is True
+
+
+def test_the_stage_passes_silent_twins_through_and_reports_their_coverage(tmp_path):
+    eps = generate_episodes(WORLD, "train", 40)
+    (tmp_path / "eps").mkdir()
+    write_jsonl_atomic(tmp_path / "eps" / "train.jsonl", eps)
+    write_jsonl_atomic(tmp_path / "eps" / "valid_unseen.jsonl", generate_episodes(WORLD, "valid_unseen", 2))
+    cov = {}
+    for on in (False, True):
+        opts = {"recovery_per_episode": 1, "steps_per_episode": 2, "rot": {"enabled": True, "silent_twins": on}}
+        cfg = build(DecomposeConfig, opts, "decompose")
+        out = tmp_path / f"dec-{on}"
+        m = run_decompose(cfg, PROMPT, tmp_path / "eps", out, tmp_path / f"decompose-{on}.json")
+        cov[on] = m["train"]["rot"]["silent_with_clean_twin"]
+        assert m["train"]["samples"] == len(eps) * 2 + m["train"]["recovery_samples"]  # the same budget either way
+    # with the option every silent sample not on its trajectory's last step keeps its twin; the draw, some
+    assert cov[True] > 0.8 and cov[False] < cov[True]
