@@ -93,6 +93,11 @@ class DecomposeConfig:
         check(bool(self.train_split), "decompose.train_split", "must name an episode split, e.g. train")
 
 
+def step_id(episode_id: str, n: int) -> str:
+    """The sample id of step ``n`` of an episode's expert path (its recovery sample's id adds RECOVERY_SUFFIX)."""
+    return f"{episode_id}:{n}"
+
+
 def _safe_name(sample_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", sample_id)
 
@@ -133,7 +138,7 @@ def decompose_episode(
     k = len(plan)
     recover = _recovery_steps(ep["episode_id"], k, recovery, seed)
     for n, (aid, name) in enumerate(pairs):
-        sid = f"{ep['episode_id']}:{n}"
+        sid = step_id(ep["episode_id"], n)
         yield sample_record(
             ep, sid, n, k, sim, history, pairs[n:], extras, scene_types, prompt_cfg, image_dir, image_prefix
         )
@@ -297,7 +302,7 @@ def _steps_per_episode(samples: list[dict], k: int, seed: int, twins: bool = Fal
     for eid, idx in by_episode.items():
         first = [i for i in idx if samples[i]["step"] == 0][:1]
         rest = [i for i in idx if samples[i]["step"] != 0]
-        pref = [i for i in rest if samples[i]["step"] in silent.get(eid, ())][: max(0, k - len(first))]
+        pref = [i for i in rest if samples[i]["step"] in silent.get(eid, ())][: k - len(first)]
         rest = [i for i in rest if i not in pref]
         n = min(len(rest), k - len(first) - len(pref))
         keep.update(first + pref + random.Random(f"{seed}:{eid}").sample(rest, n))

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..data.decompose import near_misses
+from ..data.decompose import near_misses, step_id
 from ..teacher.errors import LOOKALIKE_OBJECTS, LOOKALIKE_RECEPTACLES
 from ..world.actions import N_GLOBAL, PUT_DOWN, split_action
 from ..world.objects import KNIVES, TYPES, base_type
@@ -322,7 +322,7 @@ def report(engine: RotEngine, samples: list[dict], episodes: dict[str, dict], se
     )
     ids = {s["sample_id"] for s in samples}
     silent = [s for s in rots if s["rot"]["executes"]]
-    twins = sum(f"{s['episode_id']}:{s['step'] + 1}" in ids for s in silent)
+    twins = sum(step_id(s["episode_id"], s["step"] + 1) in ids for s in silent)
     out["silent_with_clean_twin"] = round(twins / len(silent), 4) if silent else 0.0
     out["floors"] = {
         "feedback_all_from_simulator": n > 0 and same == n,
