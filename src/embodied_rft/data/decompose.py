@@ -93,6 +93,12 @@ class DecomposeConfig:
         check(bool(self.train_split), "decompose.train_split", "must name an episode split, e.g. train")
 
 
+def is_recovery(sample: dict) -> bool:
+    """Whether a decomposed sample starts after a mistaken action (its id ends with RECOVERY_SUFFIX; with
+    ``decompose.rot`` a RoT state). On-policy GRPO states never are."""
+    return str(sample.get("sample_id", "")).endswith(RECOVERY_SUFFIX)
+
+
 def step_id(episode_id: str, n: int) -> str:
     """The sample id of step ``n`` of an episode's expert path (its recovery sample's id adds RECOVERY_SUFFIX)."""
     return f"{episode_id}:{n}"
@@ -293,7 +299,7 @@ def _steps_per_episode(samples: list[dict], k: int, seed: int, twins: bool = Fal
     silent: dict[str, set[int]] = {}
     keep: set[int] = set()
     for i, s in enumerate(samples):
-        if s["sample_id"].endswith(RECOVERY_SUFFIX):
+        if is_recovery(s):
             keep.add(i)
             if twins and s.get("rot", {}).get("executes"):
                 silent.setdefault(s["episode_id"], set()).add(s["step"] + 1)
@@ -326,7 +332,7 @@ def _split_metrics(samples: list[dict]) -> dict[str, Any]:
     target_steps = [len(json.loads(s["label"])["gold"]) for s in samples]
     return {
         "samples": len(samples),
-        "recovery_samples": sum(s["sample_id"].endswith(RECOVERY_SUFFIX) for s in samples),
+        "recovery_samples": sum(map(is_recovery, samples)),
         "episodes": len({s["episode_id"] for s in samples}),
         "per_task_type": dict(sorted(Counter(s["task_type"] for s in samples).items())),
         "per_subset": dict(sorted(Counter(s["subset"] for s in samples).items())),

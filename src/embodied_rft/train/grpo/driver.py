@@ -22,7 +22,7 @@ from embodied_rft.core.atomic import save_pretrained_atomic
 from embodied_rft.core.digest import path_identity
 from embodied_rft.core.metrics import write_metrics
 from embodied_rft.core.subset import seeded_subset
-from embodied_rft.data.decompose import RECOVERY_SUFFIX
+from embodied_rft.data.decompose import is_recovery
 from embodied_rft.data.jsonl import DataError
 from embodied_rft.regrpo.reward import identity as reward_identity
 from embodied_rft.reward import RewardConfig
@@ -243,7 +243,7 @@ def select_decomposed(samples: list[dict], which: str, where: object) -> list[di
     samples (ids ending ``:recover``; with ``decompose.rot`` the RoT states)."""
     if which == "all":
         return samples
-    kept = [s for s in samples if str(s["sample_id"]).endswith(RECOVERY_SUFFIX)]
+    kept = [s for s in samples if is_recovery(s)]
     if not kept:
         raise DataError(
             f"{where}: no recovery samples for grpo.decomposed_prompts=recovery; set decompose.recovery_per_episode"

@@ -113,8 +113,10 @@ class RunTracker:
 class RolloutStats:
     """Means over every response sampled since the last update row (accepted or not). With ``reflection`` (the
     ``regrpo`` reward, or RoT prompts) also the reflection block's tokens per response (``regrpo/text.py``), the
-    share of responses that reflect, and the tokens on prompts whose last action did not fail ("clean" calls,
-    where ReGRPO's η should make reflections rare)."""
+    share of responses that reflect, and the tokens per response on two kinds of prompt whose last action executed:
+    "clean" calls (where ReGRPO's η should make reflections rare) and "silent" ones, recovery samples after a
+    near-miss that executed (a RoT GroundingDrift state, where a reflection is needed). Until 2026-12-06 the silent
+    states counted as clean."""
 
     KEYS = ("total", "structure", "valid", "match", "accuracy", "accuracy_full")
 
@@ -124,9 +126,11 @@ class RolloutStats:
         self.tokens = 0
         self.truncated = 0
         self.reflection = reflection
-        self.refl = self.reflected = self.clean = self.refl_clean = 0
+        self.refl = self.reflected = self.clean = self.refl_clean = self.silent = self.refl_silent = 0
 
-    def add(self, breakdown: Any, n_tokens: int, truncated: bool, refl: int = 0, clean: bool = True) -> None:
+    def add(
+        self, breakdown: Any, n_tokens: int, truncated: bool, refl: int = 0, clean: bool = True, silent: bool = False
+    ) -> None:
         self.n += 1
         for k in self.KEYS:
             self.sums[k] += getattr(breakdown, k)
@@ -136,6 +140,8 @@ class RolloutStats:
         self.reflected += refl > 0
         self.clean += clean
         self.refl_clean += refl if clean else 0
+        self.silent += silent
+        self.refl_silent += refl if silent else 0
 
     def row(self) -> dict[str, float]:
         n = max(self.n, 1)
@@ -148,6 +154,7 @@ class RolloutStats:
             out["reflection_tokens"] = self.refl / n
             out["reflection_rate"] = self.reflected / n
             out["reflection_tokens_clean"] = self.refl_clean / max(self.clean, 1)
+            out["reflection_tokens_silent"] = self.refl_silent / max(self.silent, 1)
         return out
 
 
