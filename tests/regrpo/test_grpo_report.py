@@ -331,3 +331,80 @@ def test_the_x2_rl_arms_start_from_the_second_cycle_s_rot_policy_and_share_state
     assert checks({}, eta) == {"regrpo_steps_kept_x2_eta_reflection_tokens_after_success_<=20pct_of_eta0": True}
     eta["regrpo_steps_kept_x2 vs regrpo_steps_eta0_x2 (steps, valid_unseen)"]["tokens_per_call"] = [10.0, 2.1]
     assert checks({}, eta) == {"regrpo_steps_kept_x2_eta_reflection_tokens_after_success_<=20pct_of_eta0": False}
+
+
+def test_the_no_kl_x2_pair_differs_from_the_x2_pair_only_in_the_kl_and_starts_from_rot_x2(tmp_path, monkeypatch):
+    from embodied_rft.params import compose
+    from embodied_rft.tools import regrpo_seeds as rs
+
+    calls = []
+    monkeypatch.setattr(rs, "_run_stage", lambda seed, stage, args, *a: calls.append((stage, args)) or False)
+    monkeypatch.setattr(rs, "_run", lambda cmd, log: None)
+    arms = ["regrpo_steps_kept_x2_nokl", "regrpo_steps_eta0_x2_nokl"]
+    rs.run_seed(5, tmp_path / "seed-5", "regrpo", arms, ["regrpo"], [])
+    b = (tmp_path / "seed-5" / "regrpo").as_posix()
+    grpo = [dict(a.split("=", 1) for a in args) for stage, args in calls if stage == "grpo"]
+    assert [g["paths.grpo_model"] for g in grpo] == [f"{b}/{a}/models/grpo" for a in arms]
+    assert all(g["paths.sft_model"] == f"{b}/rot_x2/models/sft" for g in grpo)  # the policy; no reference
+    for arm, with_kl in zip(arms, ("regrpo_steps_kept_x2", "regrpo_steps_eta0_x2")):
+        cfg, ref = (compose("conf", [*rs.RECIPE, *rs.ARMS[a]]) for a in (arm, with_kl))
+        assert cfg["grpo"]["kl_coef"] == 0.0 and ref["grpo"]["kl_coef"] == 0.04
+        cfg["grpo"]["kl_coef"] = ref["grpo"]["kl_coef"]
+        assert cfg == ref  # nothing else differs
+    # the pair is an η check of its own, read on valid_unseen
+    eta = {"regrpo_steps_kept_x2_nokl vs regrpo_steps_eta0_x2_nokl (steps, valid_unseen)": {"tokens_per_call": [8, 2]}}
+    assert checks({}, eta) == {"regrpo_steps_kept_x2_nokl_eta_reflection_tokens_after_success_<=20pct_of_eta0": False}
+    eta["regrpo_steps_kept_x2_nokl vs regrpo_steps_eta0_x2_nokl (steps, valid_unseen)"]["tokens_per_call"] = [8, 1.6]
+    assert checks({}, eta) == {"regrpo_steps_kept_x2_nokl_eta_reflection_tokens_after_success_<=20pct_of_eta0": True}
+
+
+def test_the_engine_logs_silent_near_miss_states_apart_from_clean_calls(monkeypatch):
+    """A recovery sample whose last action executed (a RoT GroundingDrift state) is logged as silent, not clean;
+    a decomposed step after an executed action is clean; a state after a failed action is neither."""
+    from pathlib import Path
+
+    from embodied_rft.train.grpo.engine import GRPOEngine
+    from embodied_rft.train.grpo.log import RolloutStats
+    from embodied_rft.train.grpo.ray_workers import LocalRollout
+    from tests.helpers.grpo_fixtures import grpo_samples
+
+    samples = grpo_samples()
+    samples[1] = {**samples[1], "sample_id": samples[1]["sample_id"] + ":recover"}  # executed history: silent
+    failed = dict(samples[2]["history"][-1], feedback="Last action is invalid. The object is not reachable.")
+    samples[2] = {**samples[2], "sample_id": samples[2]["sample_id"] + ":recover"}
+    samples[2]["history"] = [*samples[2]["history"][:-1], failed]
+    cfg = tiny_cfg(group_size=4, rollout_batch_size=4)
+    eng = GRPOEngine(cfg, sft_policy(), samples, [], Path("unused"), RewardConfig(variant="regrpo"), Path("."), "fp")
+    eng.rollout = LocalRollout(eng.model, eng.io, eng.device, eng.sampler)
+    scored, added = [], []
+    score = eng.reward.score
+    monkeypatch.setattr(eng.reward, "score", lambda t, label, s: scored.append(s["sample_id"]) or score(t, label, s))
+    stats = RolloutStats(reflection=True)
+    add = stats.add
+    monkeypatch.setattr(stats, "add", lambda *a: added.append(a[4:]) or add(*a))
+    assert eng.rollout_step(stats)
+    kinds = dict(zip(scored, added, strict=True))
+    assert kinds == {
+        "ep0:0": (True, False),  # the first step: clean
+        "ep0:1:recover": (False, True),  # a near-miss that executed: silent
+        "ep0:2:recover": (False, False),  # after a failed action
+        "ep0:3": (True, False),
+    }
+    row = stats.row()
+    assert {"reflection_tokens_clean", "reflection_tokens_silent"} <= set(row)
+    assert stats.clean == 8 and stats.silent == 4 and stats.n == 16
+
+
+def test_rollout_stats_split_the_reflection_tokens_by_kind_of_call():
+    from types import SimpleNamespace
+
+    from embodied_rft.train.grpo.log import RolloutStats
+
+    b = SimpleNamespace(total=1.0, structure=1.0, valid=1.0, match=1.0, accuracy=1.0, accuracy_full=1.0)
+    stats = RolloutStats(reflection=True)
+    for refl, clean, silent in ((0, True, False), (10, True, False), (30, False, True), (20, False, False)):
+        stats.add(b, 5, False, refl, clean, silent)
+    row = stats.row()
+    assert row["reflection_tokens_clean"] == 5.0  # (0 + 10) / 2 clean calls
+    assert row["reflection_tokens_silent"] == 30.0
+    assert row["reflection_tokens"] == 15.0 and row["reflection_rate"] == 0.75

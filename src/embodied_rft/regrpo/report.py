@@ -38,10 +38,20 @@ GRPO_ARMS = (
     "regrpo_steps_kept",
     "regrpo_steps_kept_x2",
     "regrpo_steps_eta0_x2",
+    "regrpo_steps_kept_x2_nokl",
+    "regrpo_steps_eta0_x2_nokl",
 )
 # a GRPO arm -> the SFT arm whose model it starts from, where not `rot` (the RoT-SFT policy): the `*_x2` RL arms start
 # from the RoT policy after its second SFT cycle
-RL_STARTS = {"regrpo_steps_kept_x2": "rot_x2", "regrpo_steps_eta0_x2": "rot_x2"}
+RL_STARTS = {
+    arm: "rot_x2"
+    for arm in (
+        "regrpo_steps_kept_x2",
+        "regrpo_steps_eta0_x2",
+        "regrpo_steps_kept_x2_nokl",
+        "regrpo_steps_eta0_x2_nokl",
+    )
+}
 # (η = 0 arm, η = 0.1 arm): the η check's pairs, on the held-out per-step calls. regrpo_steps_kept differs from
 # regrpo_steps only in keeping all-success groups; at η = 0 their rewards are equal and the zero-variance drop removes
 # them, so its η = 0 arm is regrpo_steps_eta0 itself
@@ -50,6 +60,7 @@ ETA_PAIRS = (
     ("regrpo_steps_eta0", "regrpo_steps"),
     ("regrpo_steps_eta0", "regrpo_steps_kept"),
     ("regrpo_steps_eta0_x2", "regrpo_steps_kept_x2"),
+    ("regrpo_steps_eta0_x2_nokl", "regrpo_steps_kept_x2_nokl"),
 )
 # the held-out per-step samples measured (regrpo/steps.py): valid_seen's to choose a recipe on, valid_unseen's to report
 STEP_SPLITS = ("valid_seen", "valid_unseen")
@@ -80,6 +91,8 @@ COMPARISONS = (
     ("paper_steps", "regrpo_steps_kept", "regrpo"),
     ("regrpo_steps_eta0_x2", "regrpo_steps_kept_x2", "regrpo"),
     ("regrpo_steps_kept", "regrpo_steps_kept_x2", "regrpo"),
+    ("regrpo_steps_eta0_x2_nokl", "regrpo_steps_kept_x2_nokl", "regrpo"),
+    ("regrpo_steps_kept_x2", "regrpo_steps_kept_x2_nokl", "regrpo"),
 )
 RATES = {  # column -> (numerator source, denominator key in the interactive summary)
     "repeat_after_failure_rate": "failures_followed",

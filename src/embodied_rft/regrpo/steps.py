@@ -27,7 +27,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,27 +94,35 @@ def model_digest(model_dir: str | Path) -> str:
     return json_digest(folder_digests(model_dir), 16)
 
 
-def measure(
-    model_dir: str | Path, samples: Sequence[dict], *, max_new_tokens: int = 512, batch_size: int = 16
-) -> dict[str, Any]:
-    """Greedy answers of the model at ``model_dir`` to ``samples``, tallied per kind of call (module docstring)."""
+def load_policy(model_dir: str | Path, samples: Sequence[dict]) -> tuple[Any, Any, list, Callable[[str], int]]:
+    """The model at ``model_dir`` in fp32 for decoding, its :class:`PolicyIO`, ``samples`` encoded as prompts, and a
+    counter of text tokens in its tokenizer (what the reflection cost counts)."""
     import torch
 
     from ..models.factory import load_model
-    from ..train.grpo.heldout import greedy_responses
-    from ..train.grpo.rollout import PolicyIO, make_sampler
+    from ..train.grpo.rollout import PolicyIO
 
-    kinds = [call_kind(s, f"sample {i}") for i, s in enumerate(samples)]
     model, tok = load_model(model_dir, for_training=False)
     model = model.to(torch.float32)
     io = PolicyIO(tok, max_prompt_tokens=4096)
     io.add_model_eos(model)
-    prompts = [io.encode(s, i) for i, s in enumerate(samples)]
-    eos = set(io.eos_ids)
 
     def count(text: str) -> int:
         return len(tok(text, add_special_tokens=False)["input_ids"])
 
+    return model, io, [io.encode(s, i) for i, s in enumerate(samples)], count
+
+
+def measure(
+    model_dir: str | Path, samples: Sequence[dict], *, max_new_tokens: int = 512, batch_size: int = 16
+) -> dict[str, Any]:
+    """Greedy answers of the model at ``model_dir`` to ``samples``, tallied per kind of call (module docstring)."""
+    from ..train.grpo.heldout import greedy_responses
+    from ..train.grpo.rollout import make_sampler
+
+    kinds = [call_kind(s, f"sample {i}") for i, s in enumerate(samples)]
+    model, io, prompts, count = load_policy(model_dir, samples)
+    eos = set(io.eos_ids)
     resps = greedy_responses(
         model, io, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, sampler=make_sampler(model, "fast")
     )

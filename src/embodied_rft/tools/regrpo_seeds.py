@@ -102,7 +102,16 @@ ARMS = {
 # not run by default: the η pair of the kept arm (its recipe and regrpo_steps_eta0's, unchanged) from the RoT policy
 # after its second SFT cycle (RL_STARTS), whose higher success puts more groups in the all-success band where the cost
 # is the only difference
-ARMS.update({arm: ARMS[arm.removesuffix("_x2")] for arm in RL_STARTS})
+ARMS.update({arm: ARMS[arm.removesuffix("_x2")] for arm in RL_STARTS if arm.endswith("_x2")})
+# not run by default: that pair without the KL to the frozen reference (β = 0, the paper's; the clean steps among the
+# prompts are what keeps the held-out plans, §8). The KL pulls toward the start's reflection habit, which η = 0.1
+# keeps and does not lower (docs/regrpo.md §8)
+ARMS.update(
+    {
+        f"{arm}_nokl": [o if not o.startswith("grpo.kl_coef=") else "grpo.kl_coef=0.0" for o in ARMS[arm]]
+        for arm in ("regrpo_steps_kept_x2", "regrpo_steps_eta0_x2")
+    }
+)
 DEFAULT_ARMS = [*SFT_ARMS, "paper", "regrpo", "regrpo_eta0"]
 MODES = ("free", "regrpo")
 
