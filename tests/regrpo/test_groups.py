@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from embodied_rft.regrpo import groups
 from embodied_rft.train.grpo import rollout
 from tests.helpers.grpo_fixtures import grpo_samples, sft_policy
@@ -87,3 +89,13 @@ def test_measure_marks_each_sampled_answer_s_reflection_and_executed_success(mon
     assert (k["silent"]["mixed_success_reflecting"], k["silent"]["mixed_success_plain"]) == (1.0, 0.0)
     assert all(len(v) == 4 for v in seen.values()) and len(seen) == 3
     assert res["model_digest"] == groups.model_digest(policy) and res["group_size"] == 4
+
+
+def test_the_command_refuses_states_whose_episodes_it_was_not_given(tmp_path):
+    samples = tmp_path / "train.jsonl"
+    samples.write_text("".join(json.dumps(s) + "\n" for s in grpo_samples()))
+    episodes = tmp_path / "episodes.jsonl"
+    episodes.write_text(json.dumps({"episode_id": "other"}) + "\n")
+
+    with pytest.raises(SystemExit, match=r"train.jsonl: 1 episode\(s\) not in .*episodes.jsonl, e.g. 'ep0'"):
+        groups.main(["--model", "unused", "--samples", str(samples), "--episodes", str(episodes), "--out", "x"])

@@ -67,8 +67,10 @@ def tally(kinds: Sequence[str], groups: Sequence[Sequence[tuple[bool, bool]]]) -
                 "answers": 0,
                 "reflecting": 0,
                 "bands": dict.fromkeys(("all_success", "mixed", "all_failure"), 0),
-            }
-            | {"mixed_reflecting": [0, 0], "mixed_plain": [0, 0], "all_success_cost_only": 0},
+                "mixed_reflecting": [0, 0],  # [successes, answers] of the mixed groups' reflecting answers
+                "mixed_plain": [0, 0],  # and of their answers without a reflection
+                "all_success_cost_only": 0,
+            },
         )
         refl = [r for r, _ in group]
         succ = [s for _, s in group]
@@ -78,7 +80,7 @@ def tally(kinds: Sequence[str], groups: Sequence[Sequence[tuple[bool, bool]]]) -
         band = "all_success" if all(succ) else "all_failure" if not any(succ) else "mixed"
         d["bands"][band] += 1
         if band == "mixed":
-            for r, s in group:  # [successes, answers]
+            for r, s in group:
                 d["mixed_reflecting" if r else "mixed_plain"][0] += s
                 d["mixed_reflecting" if r else "mixed_plain"][1] += 1
         elif band == "all_success" and 0 < sum(refl) < len(refl):
@@ -162,6 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     samples = pick(read_jsonl(args.samples), args.per_kind, args.seed)
     episodes = {e["episode_id"]: e for e in read_jsonl(args.episodes)}
+    missing = sorted({str(s.get("episode_id")) for s in samples} - set(episodes))
+    if missing:  # the executor would score those states 0 and the tally would read them as failures
+        raise SystemExit(
+            f"{args.samples}: {len(missing)} episode(s) not in {args.episodes}, e.g. {missing[0]!r}; "
+            "pass the episodes file of the split the samples were decomposed from"
+        )
     res = measure(
         args.model,
         samples,
