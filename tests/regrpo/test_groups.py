@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from embodied_rft.regrpo import groups
+from embodied_rft.regrpo import groups, steps
 from embodied_rft.train.grpo import rollout
 from tests.helpers.grpo_fixtures import grpo_samples, sft_policy
 
@@ -17,11 +17,11 @@ BAD = "Last action is invalid. The object is not in view."
 
 
 def test_the_kind_of_a_state_splits_executed_calls_into_clean_steps_and_silent_near_misses():
-    assert groups.state_kind({"sample_id": "e:0", "history": []}) == "first"
-    assert groups.state_kind({"sample_id": "e:2", "history": [{"feedback": OK}]}) == "clean"
-    assert groups.state_kind({"sample_id": "e:2:recover", "history": [{"feedback": OK}]}) == "silent"
-    assert groups.state_kind({"sample_id": "e:2:recover", "history": [{"feedback": BAD}]}) == "failed"
-    assert groups.state_kind({"sample_id": "gen-1:call3", "history": [{"feedback": BAD}]}) == "failed"
+    assert steps.state_kind({"sample_id": "e:0", "history": []}) == "first"
+    assert steps.state_kind({"sample_id": "e:2", "history": [{"feedback": OK}]}) == "clean"
+    assert steps.state_kind({"sample_id": "e:2:recover", "history": [{"feedback": OK}]}) == "silent"
+    assert steps.state_kind({"sample_id": "e:2:recover", "history": [{"feedback": BAD}]}) == "failed"
+    assert steps.state_kind({"sample_id": "gen-1:call3", "history": [{"feedback": BAD}]}) == "failed"
 
 
 def test_the_tally_reads_the_success_term_s_push_in_the_mixed_groups_only():
@@ -50,7 +50,7 @@ def test_the_tally_reads_the_success_term_s_push_in_the_mixed_groups_only():
 def test_pick_draws_at_most_n_states_per_kind_in_order():
     ss = [{"sample_id": f"e{i}:{i % 3}", "history": [{"feedback": OK}] * (i % 3)} for i in range(30)]
     got = groups.pick(ss, 4, 0)
-    kinds = [groups.state_kind(s) for s in got]
+    kinds = [steps.state_kind(s) for s in got]
     assert kinds.count("first") == 4 and kinds.count("clean") == 4 and len(got) == 8
     assert [ss.index(s) for s in got] == sorted(ss.index(s) for s in got)
     assert got == groups.pick(ss, 4, 0) and groups.pick(ss, 0, 0) == ss

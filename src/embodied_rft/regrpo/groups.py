@@ -34,22 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from ..core.atomic import write_json_atomic
-from ..data.decompose import is_recovery
 from ..data.jsonl import read_jsonl
-from .steps import call_kind, load_policy, model_digest
+from .steps import STATE_KINDS, load_policy, model_digest, state_kind
 from .text import reflection_tokens
 
 log = logging.getLogger(__name__)
-
-KINDS = ("first", "clean", "silent", "failed")
-
-
-def state_kind(sample: dict, where: str = "sample") -> str:
-    """``first`` | ``clean`` | ``silent`` | ``failed`` (module docstring)."""
-    kind = call_kind(sample, where)
-    if kind == "after_success":
-        return "silent" if is_recovery(sample) else "clean"
-    return "failed" if kind == "after_failure" else kind
 
 
 def _rate(num: int, den: int) -> float | None:
@@ -89,7 +78,7 @@ def tally(kinds: Sequence[str], groups: Sequence[Sequence[tuple[bool, bool]]]) -
         d["reflecting_share"] = _rate(d["reflecting"], d["answers"])
         d["mixed_success_reflecting"] = _rate(*d["mixed_reflecting"])
         d["mixed_success_plain"] = _rate(*d["mixed_plain"])
-    return {k: out[k] for k in KINDS if k in out}
+    return {k: out[k] for k in STATE_KINDS if k in out}
 
 
 def pick(samples: Sequence[dict], per_kind: int, seed: int) -> list[dict]:

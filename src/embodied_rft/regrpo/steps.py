@@ -33,12 +33,14 @@ from typing import Any
 
 from ..core.atomic import write_json_atomic
 from ..core.digest import file_digest, folder_digests, json_digest
+from ..data.decompose import is_recovery
 from ..data.jsonl import read_jsonl
 from .text import last_failed, reflection_span, reflection_tokens
 
 log = logging.getLogger(__name__)
 
 KINDS = ("first", "after_success", "after_failure")
+STATE_KINDS = ("first", "clean", "silent", "failed")
 _NAMED = re.compile(r"ErrorType:\s*([A-Za-z]+)")
 
 
@@ -50,6 +52,16 @@ def call_kind(sample: dict, where: str = "sample") -> str:
     if not history:
         return "first"
     return "after_failure" if last_failed(history) else "after_success"
+
+
+def state_kind(sample: dict, where: str = "sample") -> str:
+    """:func:`call_kind` with the calls after an executed action split in two: ``clean`` (on the expert's path, or an
+    on-policy state) and ``silent`` (a recovery sample whose near-miss executed: a RoT GroundingDrift state, where a
+    reflection is needed); ``first`` and ``failed`` otherwise. One of :data:`STATE_KINDS`."""
+    kind = call_kind(sample, where)
+    if kind == "after_success":
+        return "silent" if is_recovery(sample) else "clean"
+    return "failed" if kind == "after_failure" else kind
 
 
 def tally(

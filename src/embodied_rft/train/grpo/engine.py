@@ -44,10 +44,10 @@ import torch
 from transformers import get_scheduler
 
 from embodied_rft.core.vision import freeze_vision, is_vision_model
-from embodied_rft.data.decompose import is_recovery
 from embodied_rft.filtering import BufferBatch, GroupBuffer
 from embodied_rft.regrpo.reward import BoundReward
-from embodied_rft.regrpo.text import last_failed, reflection_tokens
+from embodied_rft.regrpo.steps import state_kind
+from embodied_rft.regrpo.text import reflection_tokens
 from embodied_rft.reward import RewardConfig
 from embodied_rft.schema import read_samples
 from embodied_rft.train.grpo.checkpoint import (
@@ -288,14 +288,13 @@ class GRPOEngine:
                     responses = [*responses[: len(responses) - k], *self._anchors_for(sample, p.index)]
                 texts = [self.io.decode(r) for r in responses]
                 parts = [self.reward.score(t, p.label, sample) for t in texts]
-                # after an action that executed: a silent near-miss (a recovery sample: a RoT GroundingDrift state,
-                # where a reflection is needed) or a clean call (where ReGRPO's η should make reflections rare)
-                executed = not last_failed(sample.get("history") or [])
-                silent = executed and is_recovery(sample)
+                # clean calls (where ReGRPO's η should make reflections rare) and silent near-misses (RoT
+                # GroundingDrift states, where a reflection is needed) are logged apart
+                kind = state_kind(sample, f"sample {sample.get('sample_id', p.index)}")
                 n_sampled = len(responses) - k
                 for r, b, t in zip(responses[:n_sampled], parts, texts):
                     refl = reflection_tokens(t, self.count_tokens) if self.log_reflection else 0
-                    stats.add(b, len(r), not r or r[-1] not in eos, refl, executed and not silent, silent)
+                    stats.add(b, len(r), not r or r[-1] not in eos, refl, kind in ("first", "clean"), kind == "silent")
                     st.response_tokens += len(r)
                 group = Group(p, responses, [b.total for b in parts], [b.accuracy_full for b in parts])
                 if rollout.logprobs is not None:  # the sampler's own log-probs: exactly π_old, no second pass
