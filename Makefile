@@ -15,7 +15,7 @@ export PYTHONHASHSEED ?= 0
 # stage commands in dvc.yaml run `python` from the project's venv
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: vllm-env smollm2 bon bon-headroom bon-seeds regrpo-seeds regrpo-sft regrpo-grpo regrpo-twins regrpo-report help install params params-check repro results lint test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics plots fetch-alfred
+.PHONY: vllm-env smollm2 bon bon-headroom bon-seeds regrpo-seeds regrpo-sft regrpo-grpo regrpo-twins regrpo-nokl regrpo-report help install params params-check repro results lint test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics plots fetch-alfred
 
 help: ## list every target
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -65,6 +65,9 @@ regrpo-grpo: $(STAMP) params ## ReGRPO's RL arms only (paper reward, regrpo, reg
 
 regrpo-twins: $(STAMP) params ## ReGRPO's eta pair from the second-cycle RoT policy, every arm on data with the silent twins (docs/regrpo.md §2), per seed in SEEDS under runs/seed-N/regrpo-twins; then metrics/regrpo_twins.json, reports/regrpo_twins.md
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --subdir regrpo-twins --arms rot_x2 regrpo_steps_kept_x2 regrpo_steps_eta0_x2 --modes regrpo --out-metrics metrics/regrpo_twins.json --out-report reports/regrpo_twins.md -- decompose.rot.silent_twins=true
+
+regrpo-nokl: $(STAMP) params ## ReGRPO's eta pair and the paper reward on its prompts, from the second-cycle RoT policy without the KL to the reference (grpo.kl_coef=0), per seed in SEEDS under runs/seed-N/regrpo; then metrics/regrpo_nokl.json, reports/regrpo_nokl.md
+	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms rot_x2 paper_steps_x2_nokl regrpo_steps_kept_x2_nokl regrpo_steps_eta0_x2_nokl --modes regrpo --out-metrics metrics/regrpo_nokl.json --out-report reports/regrpo_nokl.md
 
 regrpo-report: $(STAMP) ## the ReGRPO table from the finished runs/seed-N/regrpo evaluations (runs nothing)
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --summary-only

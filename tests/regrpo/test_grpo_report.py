@@ -340,22 +340,33 @@ def test_the_no_kl_x2_pair_differs_from_the_x2_pair_only_in_the_kl_and_starts_fr
     calls = []
     monkeypatch.setattr(rs, "_run_stage", lambda seed, stage, args, *a: calls.append((stage, args)) or False)
     monkeypatch.setattr(rs, "_run", lambda cmd, log: None)
-    arms = ["regrpo_steps_kept_x2_nokl", "regrpo_steps_eta0_x2_nokl"]
+    arms = ["regrpo_steps_kept_x2_nokl", "regrpo_steps_eta0_x2_nokl", "paper_steps_x2_nokl"]
     rs.run_seed(5, tmp_path / "seed-5", "regrpo", arms, ["regrpo"], [])
     b = (tmp_path / "seed-5" / "regrpo").as_posix()
     grpo = [dict(a.split("=", 1) for a in args) for stage, args in calls if stage == "grpo"]
     assert [g["paths.grpo_model"] for g in grpo] == [f"{b}/{a}/models/grpo" for a in arms]
     assert all(g["paths.sft_model"] == f"{b}/rot_x2/models/sft" for g in grpo)  # the policy; no reference
-    for arm, with_kl in zip(arms, ("regrpo_steps_kept_x2", "regrpo_steps_eta0_x2")):
+    for arm, with_kl in zip(arms, ("regrpo_steps_kept_x2", "regrpo_steps_eta0_x2", "paper_steps")):
         cfg, ref = (compose("conf", [*rs.RECIPE, *rs.ARMS[a]]) for a in (arm, with_kl))
         assert cfg["grpo"]["kl_coef"] == 0.0 and ref["grpo"]["kl_coef"] == 0.04
         cfg["grpo"]["kl_coef"] = ref["grpo"]["kl_coef"]
         assert cfg == ref  # nothing else differs
+    # the paper reward on the kept arm's prompts: the reward is the only other difference (the filter's upper bound
+    # only matters where a cost splits all-success groups)
+    paper, kept = (compose("conf", [*rs.RECIPE, *rs.ARMS[a]]) for a in ("paper_steps_x2_nokl", arms[0]))
+    assert paper["reward"]["variant"] != kept["reward"]["variant"] == "regrpo"
+    assert paper["grpo"] == {**kept["grpo"], "filter": paper["grpo"]["filter"]}
     # the pair is an η check of its own, read on valid_unseen
     eta = {"regrpo_steps_kept_x2_nokl vs regrpo_steps_eta0_x2_nokl (steps, valid_unseen)": {"tokens_per_call": [8, 2]}}
     assert checks({}, eta) == {"regrpo_steps_kept_x2_nokl_eta_reflection_tokens_after_success_<=20pct_of_eta0": False}
     eta["regrpo_steps_kept_x2_nokl vs regrpo_steps_eta0_x2_nokl (steps, valid_unseen)"]["tokens_per_call"] = [8, 1.6]
     assert checks({}, eta) == {"regrpo_steps_kept_x2_nokl_eta_reflection_tokens_after_success_<=20pct_of_eta0": True}
+    # and an RL check of its own against the paper reward from the same start, on the same prompts
+    rl = {"success_gap_pooled": 0.1, "behaviour_gap_pts": {"recovered_next_call_rate": 4.9}}
+    c = {"regrpo_steps_kept_x2_nokl vs paper_steps_x2_nokl (regrpo)": rl}
+    assert checks(c) == {"regrpo_steps_kept_x2_nokl_success_+3pts_or_recovery_+5pts": False}
+    rl["behaviour_gap_pts"]["recovered_next_call_rate"] = 5.0
+    assert checks(c) == {"regrpo_steps_kept_x2_nokl_success_+3pts_or_recovery_+5pts": True}
 
 
 def test_the_engine_logs_silent_near_miss_states_apart_from_clean_calls(monkeypatch):

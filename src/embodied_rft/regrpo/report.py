@@ -40,6 +40,8 @@ GRPO_ARMS = (
     "regrpo_steps_eta0_x2",
     "regrpo_steps_kept_x2_nokl",
     "regrpo_steps_eta0_x2_nokl",
+    "paper_steps_x2",
+    "paper_steps_x2_nokl",
 )
 # a GRPO arm -> the SFT arm whose model it starts from, where not `rot` (the RoT-SFT policy): the `*_x2` RL arms start
 # from the RoT policy after its second SFT cycle
@@ -50,6 +52,8 @@ RL_STARTS = {
         "regrpo_steps_eta0_x2",
         "regrpo_steps_kept_x2_nokl",
         "regrpo_steps_eta0_x2_nokl",
+        "paper_steps_x2",
+        "paper_steps_x2_nokl",
     )
 }
 # (η = 0 arm, η = 0.1 arm): the η check's pairs, on the held-out per-step calls. regrpo_steps_kept differs from
@@ -61,6 +65,13 @@ ETA_PAIRS = (
     ("regrpo_steps_eta0", "regrpo_steps_kept"),
     ("regrpo_steps_eta0_x2", "regrpo_steps_kept_x2"),
     ("regrpo_steps_eta0_x2_nokl", "regrpo_steps_kept_x2_nokl"),
+)
+# (ReGRPO arm, paper-reward arm on the same prompts from the same start): the RL check's pairs
+RL_PAIRS = (
+    ("regrpo", "paper"),
+    ("regrpo_anchored", "paper"),
+    ("regrpo_steps_kept_x2", "paper_steps_x2"),
+    ("regrpo_steps_kept_x2_nokl", "paper_steps_x2_nokl"),
 )
 # the held-out per-step samples measured (regrpo/steps.py): valid_seen's to choose a recipe on, valid_unseen's to report
 STEP_SPLITS = ("valid_seen", "valid_unseen")
@@ -93,6 +104,8 @@ COMPARISONS = (
     ("regrpo_steps_kept", "regrpo_steps_kept_x2", "regrpo"),
     ("regrpo_steps_eta0_x2_nokl", "regrpo_steps_kept_x2_nokl", "regrpo"),
     ("regrpo_steps_kept_x2", "regrpo_steps_kept_x2_nokl", "regrpo"),
+    ("paper_steps_x2", "regrpo_steps_kept_x2", "regrpo"),
+    ("paper_steps_x2_nokl", "regrpo_steps_kept_x2_nokl", "regrpo"),
 )
 RATES = {  # column -> (numerator source, denominator key in the interactive summary)
     "repeat_after_failure_rate": "failures_followed",
@@ -255,8 +268,10 @@ def checks(c: dict[str, Any], eta: dict[str, Any] | None = None) -> dict[str, An
             gr = rot["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
             gs = sh["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
             out[f"shuffled{x}_does_not_reproduce_the_gain"] = gr > 0 and gs < 0.5 * gr
-    for arm in ("regrpo", "regrpo_anchored"):  # sampled groups (the paper's), constructed members (the code's)
-        rl = c.get(f"{arm} vs paper (regrpo)")
+    # sampled groups (the paper's), constructed members (the code's); the η check's no-KL recipe against the paper
+    # reward on its prompts, from its start
+    for arm, paper in RL_PAIRS:
+        rl = c.get(f"{arm} vs {paper} (regrpo)")
         if rl:
             rec = rl["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
             out[f"{arm}_success_+3pts_or_recovery_+5pts"] = rl["success_gap_pooled"] >= 3 or rec >= 5
