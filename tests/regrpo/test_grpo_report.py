@@ -333,7 +333,7 @@ def test_the_x2_rl_arms_start_from_the_second_cycle_s_rot_policy_and_share_state
     assert checks({}, eta) == {"regrpo_steps_kept_x2_eta_reflection_tokens_after_success_<=20pct_of_eta0": False}
 
 
-def test_the_no_kl_x2_pair_differs_from_the_x2_pair_only_in_the_kl_and_starts_from_rot_x2(tmp_path, monkeypatch):
+def test_the_no_kl_x2_arms_differ_from_their_kl_twins_only_in_the_kl_and_start_from_rot_x2(tmp_path, monkeypatch):
     from embodied_rft.params import compose
     from embodied_rft.tools import regrpo_seeds as rs
 
@@ -354,8 +354,10 @@ def test_the_no_kl_x2_pair_differs_from_the_x2_pair_only_in_the_kl_and_starts_fr
     # the paper reward on the kept arm's prompts: the reward is the only other difference (the filter's upper bound
     # only matters where a cost splits all-success groups)
     paper, kept = (compose("conf", [*rs.RECIPE, *rs.ARMS[a]]) for a in ("paper_steps_x2_nokl", arms[0]))
-    assert paper["reward"]["variant"] != kept["reward"]["variant"] == "regrpo"
-    assert paper["grpo"] == {**kept["grpo"], "filter": paper["grpo"]["filter"]}
+    assert (paper["reward"]["variant"], kept["reward"]["variant"]) == ("paper", "regrpo")
+    assert kept["grpo"]["filter"]["upper"] == kept["grpo"]["group_size"] and paper["grpo"]["filter"]["upper"] is None
+    kept["grpo"]["filter"] = paper["grpo"]["filter"]
+    assert {k: v for k, v in paper.items() if k != "reward"} == {k: v for k, v in kept.items() if k != "reward"}
     # the pair is an η check of its own, read on valid_unseen
     eta = {"regrpo_steps_kept_x2_nokl vs regrpo_steps_eta0_x2_nokl (steps, valid_unseen)": {"tokens_per_call": [8, 2]}}
     assert checks({}, eta) == {"regrpo_steps_kept_x2_nokl_eta_reflection_tokens_after_success_<=20pct_of_eta0": False}
