@@ -70,8 +70,9 @@ def tally(kinds: Sequence[str], groups: Sequence[Sequence[tuple[bool, bool]]]) -
         d["bands"][band] += 1
         if band == "mixed":
             for r, s in group:
-                d["mixed_reflecting" if r else "mixed_plain"][0] += s
-                d["mixed_reflecting" if r else "mixed_plain"][1] += 1
+                counts = d["mixed_reflecting" if r else "mixed_plain"]
+                counts[0] += s
+                counts[1] += 1
         elif band == "all_success" and 0 < sum(refl) < len(refl):
             d["all_success_cost_only"] += 1
     for d in out.values():

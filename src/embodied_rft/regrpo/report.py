@@ -43,19 +43,9 @@ GRPO_ARMS = (
     "paper_steps_x2",
     "paper_steps_x2_nokl",
 )
-# a GRPO arm -> the SFT arm whose model it starts from, where not `rot` (the RoT-SFT policy): the `*_x2` RL arms start
-# from the RoT policy after its second SFT cycle
-RL_STARTS = {
-    arm: "rot_x2"
-    for arm in (
-        "regrpo_steps_kept_x2",
-        "regrpo_steps_eta0_x2",
-        "regrpo_steps_kept_x2_nokl",
-        "regrpo_steps_eta0_x2_nokl",
-        "paper_steps_x2",
-        "paper_steps_x2_nokl",
-    )
-}
+# a GRPO arm -> the SFT arm whose model it starts from, where not `rot` (the RoT-SFT policy): the `*_x2` RL arms (and
+# their `_nokl` variants) start from the RoT policy after its second SFT cycle
+RL_STARTS = {arm: "rot_x2" for arm in GRPO_ARMS if "_x2" in arm}
 # (η = 0 arm, η = 0.1 arm): the η check's pairs, on the held-out per-step calls. regrpo_steps_kept differs from
 # regrpo_steps only in keeping all-success groups; at η = 0 their rewards are equal and the zero-variance drop removes
 # them, so its η = 0 arm is regrpo_steps_eta0 itself

@@ -102,7 +102,8 @@ ARMS = {
 # not run by default: the η pair of the kept arm (its recipe and regrpo_steps_eta0's, unchanged) and the paper reward
 # on its prompts (paper_steps) from the RoT policy after its second SFT cycle (RL_STARTS), whose higher success puts
 # more groups in the all-success band where the cost is the only difference
-ARMS.update({arm: ARMS[arm.removesuffix("_x2")] for arm in RL_STARTS if arm.endswith("_x2")})
+X2_ARMS = [arm for arm in RL_STARTS if arm.endswith("_x2")]
+ARMS.update({arm: ARMS[arm.removesuffix("_x2")] for arm in X2_ARMS})
 # not run by default: that pair, and the paper reward on the same prompts from the same start, without the KL to the
 # frozen reference (β = 0: the Reinforced Reasoning code's init_kl_coef; the ReGRPO paper states none; the clean steps
 # among the prompts are what keeps the held-out plans, §8). Over seeds 0-2 η = 0.1 writes 17% of η = 0's clean-step
@@ -111,7 +112,7 @@ ARMS.update({arm: ARMS[arm.removesuffix("_x2")] for arm in RL_STARTS if arm.ends
 ARMS.update(
     {
         f"{arm}_nokl": [o if not o.startswith("grpo.kl_coef=") else "grpo.kl_coef=0.0" for o in ARMS[arm]]
-        for arm in ("regrpo_steps_kept_x2", "regrpo_steps_eta0_x2", "paper_steps_x2")
+        for arm in X2_ARMS
     }
 )
 DEFAULT_ARMS = [*SFT_ARMS, "paper", "regrpo", "regrpo_eta0"]
