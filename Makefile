@@ -15,7 +15,7 @@ export PYTHONHASHSEED ?= 0
 # stage commands in dvc.yaml run `python` from the project's venv
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: vllm-env smollm2 bon bon-headroom bon-seeds regrpo-seeds regrpo-sft regrpo-grpo regrpo-twins regrpo-nokl regrpo-report help install params params-check repro results lint test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics plots fetch-alfred
+.PHONY: vllm-env smollm2 bon bon-headroom bon-seeds regrpo-seeds regrpo-sft regrpo-grpo regrpo-twins regrpo-nokl regrpo-bare regrpo-report help install params params-check repro results lint test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics plots fetch-alfred
 
 help: ## list every target
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -68,6 +68,9 @@ regrpo-twins: $(STAMP) params ## ReGRPO's eta pair from the second-cycle RoT pol
 
 regrpo-nokl: $(STAMP) params ## ReGRPO's eta pair and the paper reward on its prompts, from the second-cycle RoT policy without the KL to the reference (grpo.kl_coef=0), per seed in SEEDS under runs/seed-N/regrpo; then metrics/regrpo_nokl.json, reports/regrpo_nokl.md
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms rot_x2 paper_steps_x2_nokl regrpo_steps_kept_x2_nokl regrpo_steps_eta0_x2_nokl --modes regrpo --out-metrics metrics/regrpo_nokl.json --out-report reports/regrpo_nokl.md
+
+regrpo-bare: $(STAMP) params ## ReGRPO's cold-start SFT arms with a second baseline, no reflection at all on the recovery samples (bare), per seed in SEEDS; then metrics/regrpo_bare.json, reports/regrpo_bare.md
+	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms plain rot shuffled bare --modes free --out-metrics metrics/regrpo_bare.json --out-report reports/regrpo_bare.md
 
 regrpo-report: $(STAMP) ## the ReGRPO table from the finished runs/seed-N/regrpo evaluations (runs nothing)
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --summary-only

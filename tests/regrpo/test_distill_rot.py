@@ -1,5 +1,5 @@
-"""Distillation's RoT options (regrpo/distill.py, ``teacher.rot``): the three arms on the same samples (plain
-reasoning, the triple, the shuffled control), the clean:RoT mix, the defaults untouched, and the paper-scale
+"""Distillation's RoT options (regrpo/distill.py, ``teacher.rot``): the arms on the same samples (plain
+reasoning, the triple, the shuffled control, no reflection at all), the clean:RoT mix, the defaults untouched, and the paper-scale
 recipe's teacher-written triples through the real ``openai`` client against a loopback server that injects
 faults (gated, cached once, a rerun free, the key never written)."""
 
@@ -61,6 +61,32 @@ def test_the_three_arms_differ_only_in_the_reasoning_of_rot_samples(tmp_path, sa
     assert texts(shuf) == texts(rot)
     assert sum(shuf[sid] != rot[sid] for sid in rots) == len(rots)
     assert ms["rot"]["shuffled_mean_abs_len_diff"] < 15
+
+
+def test_the_bare_arm_drops_every_word_on_the_failure_and_keeps_the_plan(tmp_path, samples):
+    path, ss = samples
+    by_id = {s["sample_id"]: s for s in ss}
+    plain, _, _ = _distill(tmp_path, path, "plain")
+    bare, mb, _ = _distill(tmp_path, path, "bare", reflection="bare")
+    assert set(bare) == set(plain) and mb["rot"] == {"reflection": "bare", "rot_samples": sum("rot" in s for s in ss)}
+    said = Counter()
+    for sid, s in by_id.items():
+        if "rot" not in s:
+            assert bare[sid] == plain[sid]
+            continue
+        assert {k: v for k, v in bare[sid].items() if k != "reasoning_and_reflection"} == {
+            k: v for k, v in plain[sid].items() if k != "reasoning_and_reflection"
+        }
+        why, nxt = bare[sid]["reasoning_and_reflection"], plain[sid]["language_plan"].split(", ")[0]
+        # the brief wording of a step after a successful action: steps done, steps left, the next one
+        assert why in {
+            f"{len(s['history'])} done, {len(bare[sid]['executable_plan'])} left; next {nxt}.",
+            f"After {len(s['history'])} steps: {nxt}. {len(bare[sid]['executable_plan'])} to go.",
+            f"{len(s['history'])} steps done. Now {nxt}; {len(bare[sid]['executable_plan'])} remain.",
+        }
+        assert "failed" not in why and s["rot"]["failed_action"][1] not in why and parse_triple(why) is None
+        said[s["rot"]["executes"]] += "failed" in plain[sid]["reasoning_and_reflection"]
+    assert said[False] > 10  # the plain arm names the rejected actions the bare arm leaves unsaid
 
 
 def test_the_clean_rot_mix_is_the_same_selection_in_every_arm(tmp_path, samples):

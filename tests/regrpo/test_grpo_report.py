@@ -103,10 +103,14 @@ def _steps(kinds: dict[str, tuple[int, int, int]]) -> dict:
     return {"kinds": {k: {"calls": c, "reflecting": r, "reflection_tokens": t} for k, (c, r, t) in kinds.items()}}
 
 
-def test_the_table_pools_paired_outcomes_and_checks_the_issue_s_thresholds():
+def _outcomes() -> tuple[dict[str, bool], dict[str, bool]]:
+    """Two arms' success on ten episodes: the first solves e0-e3, the second loses e0 and gains e4, e5."""
     eps = [f"e{i}" for i in range(10)]
-    plain = {e: i < 4 for i, e in enumerate(eps)}  # solves e0-e3
-    rot = {e: 1 <= i < 6 for i, e in enumerate(eps)}  # loses e0, gains e4 e5
+    return {e: i < 4 for i, e in enumerate(eps)}, {e: 1 <= i < 6 for i, e in enumerate(eps)}
+
+
+def test_the_table_pools_paired_outcomes_and_checks_the_issue_s_thresholds():
+    plain, rot = _outcomes()
     shuf = dict(plain)
     records = {
         s: {
@@ -170,9 +174,7 @@ def test_the_table_pools_paired_outcomes_and_checks_the_issue_s_thresholds():
 
 
 def test_arms_run_on_different_seeds_are_named_by_seed_and_compared_where_both_ran():
-    eps = [f"e{i}" for i in range(10)]
-    plain = {e: i < 4 for i, e in enumerate(eps)}
-    rot = {e: 1 <= i < 6 for i, e in enumerate(eps)}
+    plain, rot = _outcomes()
     records = {
         0: {
             ("plain", "free"): _record(plain, (40, 100), (20, 100)),
@@ -421,3 +423,39 @@ def test_rollout_stats_split_the_reflection_tokens_by_kind_of_call():
     assert row["reflection_tokens_clean"] == 5.0  # (0 + 10) / 2 clean calls
     assert row["reflection_tokens_silent"] == 30.0
     assert row["reflection_tokens"] == 15.0 and row["reflection_rate"] == 0.75
+
+
+def test_the_bare_arm_differs_from_plain_only_in_the_reflection_and_is_checked_as_a_second_baseline():
+    from embodied_rft.params import compose, section_configs
+    from embodied_rft.tools.regrpo_seeds import ARMS, DEFAULT_ARMS, RECIPE
+
+    assert "bare" not in DEFAULT_ARMS
+    cfgs = {arm: compose("conf", [*RECIPE, *ARMS[arm]]) for arm in ("plain", "bare")}
+    section_configs(cfgs["bare"])  # the value builds the teacher's config
+    assert cfgs["bare"]["teacher"]["rot"]["reflection"] == "bare"
+    cfgs["bare"]["teacher"]["rot"]["reflection"] = "none"
+    assert cfgs["bare"] == cfgs["plain"]
+    # the clauses against no reflection at all, named apart from those against the plain replanning reasoning
+    bare, rot = _outcomes()
+    records = {
+        0: {
+            ("bare", "free"): _record(bare, (45, 100), (20, 100)),
+            ("rot", "free"): _record(rot, (30, 100), (32, 100)),
+            ("shuffled", "free"): _record(bare, (40, 100), (26, 100)),
+        }
+    }
+    summ = summarise(records)
+    assert summ["comparisons"]["rot vs bare (free)"]["behaviour_gap_pts"]["recovered_next_call_rate"] == 12.0
+    assert summ["comparisons"]["shuffled vs bare (free)"]["success_gap_pooled"] == 0.0
+    assert summ["checks"] == {
+        "rot_vs_bare_recovered_next_call_+10pts": True,
+        "rot_vs_bare_repeat_after_failure_-10pts": True,
+        "rot_vs_bare_success_not_lower_than_3pts": True,
+        "shuffled_vs_bare_does_not_reproduce_the_gain": False,  # +6 is half of rot's +12: not under it
+    }
+    gaps = {"recovered_next_call_rate": 9.9, "repeat_after_failure_rate": -10.0}
+    assert checks({"rot vs bare (free)": {"behaviour_gap_pts": gaps, "success_gap_pooled": -3.1}}) == {
+        "rot_vs_bare_recovered_next_call_+10pts": False,
+        "rot_vs_bare_repeat_after_failure_-10pts": True,
+        "rot_vs_bare_success_not_lower_than_3pts": False,
+    }

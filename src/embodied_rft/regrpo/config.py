@@ -67,8 +67,10 @@ class RotConfig:
 class RotDistillConfig:
     # the reasoning_and_reflection of a RoT sample: none (the teacher's plain reasoning, as for any replanning
     # sample: the "plain recovery" arm) | rot (the ErrorType/Evidence/FixPlan triple from the simulator's feedback)
-    # | shuffled (control: each triple replaced by a length-matched triple of another RoT sample)
-    reflection: Literal["none", "rot", "shuffled"] = "none"
+    # | shuffled (control: each triple replaced by a length-matched triple of another RoT sample) | bare (no
+    # reflection at all: the reasoning a step after a successful action gets, done / left / next, with no word on
+    # the failure; the scripted teacher's brief wording)
+    reflection: Literal["none", "rot", "shuffled", "bare"] = "none"
     # share of clean samples among clean + RoT records in sft.jsonl; the larger side is subsampled (fixed seed).
     # null = keep every record; ReGRPO's cold start: 0.5
     clean_ratio: float | None = None

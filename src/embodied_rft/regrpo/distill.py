@@ -5,8 +5,10 @@ Input: the decomposed samples distillation answered, their accepted canonical re
 kept), the :class:`~.config.RotDistillConfig` and, for the paper-scale recipe, the teacher and distillation's
 request machinery (``teacher/distill.py`` ``_Run``: retries, pacing, budget, the persistent answer cache). Output:
 the accepted responses rewritten in place — a RoT sample's ``reasoning_and_reflection`` becomes its triple
-(``reflection: rot``) or another sample's triple of about the same length (``shuffled``); its plan stays the
-validated corrected plan — records dropped to reach ``clean_ratio``, and the counters for ``metrics/distill.json``.
+(``reflection: rot``), another sample's triple of about the same length (``shuffled``) or the reasoning of a step
+after a successful action, with no word on the failure (``bare``: the scripted teacher's brief wording); its plan
+stays the validated corrected plan — records dropped to reach ``clean_ratio``, and the counters for
+``metrics/distill.json``.
 
 Who writes a triple: the scripted teacher (``write.scripted_triple``: from the simulator's feedback, several
 wordings) or, with ``teacher.backend: openai``, the teacher itself through :func:`triple_request` — asked once per
@@ -24,6 +26,7 @@ from collections import Counter
 from typing import Any
 
 from ..data.response import parse_response
+from ..teacher.scripted import brief_next
 from .config import ERROR_TYPES, RotDistillConfig
 from .text import Triple, clause, format_triple, gate, parse_triple
 from .write import scripted_triple, shuffled, triple_rng
@@ -114,7 +117,17 @@ def apply_rot(
     """Rewrite and subsample ``accepted`` in place (module docstring); returns the counters."""
     idx = [i for i, s in enumerate(samples) if "rot" in s and accepted[i] is not None]
     info: dict[str, Any] = {"reflection": cfg.reflection, "rot_samples": len(idx)}
-    if cfg.reflection != "none" and idx:
+    if cfg.reflection == "bare" and idx:
+        for i in idx:
+            obj = json.loads(accepted[i])
+            s = samples[i]
+            # the next step as the answer's language plan words it (the brief wording joins its steps with ", ")
+            nxt = str(obj["language_plan"]).split(", ")[0]
+            obj["reasoning_and_reflection"] = brief_next(
+                triple_rng(cfg.seed, s["sample_id"]), len(s["history"]), len(obj["executable_plan"]), nxt
+            )
+            accepted[i] = json.dumps(obj, ensure_ascii=False)
+    elif cfg.reflection != "none" and idx:
         asked, gave_up = ({}, Counter())
         if teacher is not None and getattr(teacher, "cached", False) and run is not None:
             asked, gave_up = _teacher_triples(cfg, samples, idx, teacher, run)

@@ -23,7 +23,9 @@ from typing import Any
 from ..evaluate.aggregate import mcnemar_exact, paired
 from .steps import with_rates
 
-SFT_ARMS = ("plain", "rot", "shuffled")
+# the cold-start SFT arms (tools/regrpo_seeds.py); `bare` (no reflection on the recovery samples at all) is not run
+# by default: the second baseline of the SFT behaviour clauses, beside the plain replanning reasoning
+SFT_ARMS = ("plain", "rot", "shuffled", "bare")
 # an SFT arm given a second cycle of the same budget from its own first-cycle model -> that arm
 CONTINUED_ARMS = {"plain_x2": "plain", "rot_x2": "rot", "shuffled_x2": "shuffled"}
 GRPO_ARMS = (
@@ -73,6 +75,9 @@ COMPARISONS = (
     ("plain_x2", "rot_x2", "free"),
     ("plain_x2", "shuffled_x2", "free"),
     ("shuffled_x2", "rot_x2", "free"),
+    ("bare", "rot", "free"),
+    ("bare", "shuffled", "free"),
+    ("bare", "plain", "free"),
     ("rot", "rot_x2", "free"),
     ("plain", "plain_x2", "free"),
     ("paper", "regrpo", "regrpo"),
@@ -247,17 +252,19 @@ def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]
 def checks(c: dict[str, Any], eta: dict[str, Any] | None = None) -> dict[str, Any]:
     """The issue's thresholds (docs/regrpo.md §7); a check whose runs are missing is left out."""
     out: dict[str, Any] = {}
-    for x in ("", "_x2"):  # the SFT budget of the recipe, and the arms given a second cycle of it
-        rot, sh = c.get(f"rot{x} vs plain{x} (free)"), c.get(f"shuffled{x} vs plain{x} (free)")
+    # (suffix, baseline, key prefix): the SFT budget of the recipe and the arms given a second cycle of it against the
+    # plain replanning reasoning, and the recipe's budget against no reflection at all (`bare`)
+    for x, base, tag in (("", "plain", ""), ("_x2", "plain", ""), ("", "bare", "_vs_bare")):
+        rot, sh = c.get(f"rot{x} vs {base}{x} (free)"), c.get(f"shuffled{x} vs {base}{x} (free)")
         if rot:
             g = rot["behaviour_gap_pts"]
-            out[f"rot{x}_recovered_next_call_+10pts"] = (g["recovered_next_call_rate"] or 0) >= 10
-            out[f"rot{x}_repeat_after_failure_-10pts"] = (g["repeat_after_failure_rate"] or 0) <= -10
-            out[f"rot{x}_success_not_lower_than_3pts"] = rot["success_gap_pooled"] >= -3
+            out[f"rot{x}{tag}_recovered_next_call_+10pts"] = (g["recovered_next_call_rate"] or 0) >= 10
+            out[f"rot{x}{tag}_repeat_after_failure_-10pts"] = (g["repeat_after_failure_rate"] or 0) <= -10
+            out[f"rot{x}{tag}_success_not_lower_than_3pts"] = rot["success_gap_pooled"] >= -3
         if rot and sh:
             gr = rot["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
             gs = sh["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
-            out[f"shuffled{x}_does_not_reproduce_the_gain"] = gr > 0 and gs < 0.5 * gr
+            out[f"shuffled{x}{tag}_does_not_reproduce_the_gain"] = gr > 0 and gs < 0.5 * gr
     # sampled groups (the paper's), constructed members (the code's); the η check's no-KL recipe against the paper
     # reward on its prompts, from its start
     for arm, paper in RL_PAIRS:

@@ -315,7 +315,7 @@ class ScriptedTeacher:
         if last is not None and _FAILED_RE.search(str(last.get("feedback", ""))):
             reasoning = f"'{last['action_name']}' failed; replan: {nxt}."
         else:
-            reasoning = rng.choice(_BRIEF_NEXT).format(d=len(history), n=len(gold), next=nxt)
+            reasoning = brief_next(rng, len(history), len(gold), nxt)
         plan = [list(p) for p in gold]
         if self.cfg.noise_rate > 0 and rng.random() < self.cfg.noise_rate:
             plan = corrupt(plan, space, rng)
@@ -332,3 +332,9 @@ _BRIEF_NEXT = (
     "After {d} steps: {next}. {n} to go.",
     "{d} steps done. Now {next}; {n} remain.",
 )
+
+
+def brief_next(rng: random.Random, done: int, left: int, nxt: str) -> str:
+    """The brief wording's reasoning after a step that did not fail: steps done, steps left, the next one (also
+    ReGRPO's ``bare`` arm, a recovery sample's reasoning with no word on the failure: regrpo/distill.py)."""
+    return rng.choice(_BRIEF_NEXT).format(d=done, n=left, next=nxt)

@@ -9,7 +9,8 @@ through the same entry points DVC calls (``python -m stages.<name>``):
 - ``prepare`` (shared with ``make seeds``), then ``decompose`` with the RoT engine into ``<subdir>/decomposed``;
 - the SFT arms, each ``distill`` -> ``base`` -> ``sft`` on the same samples and the same budget, differing only in the
   reasoning of the RoT samples: ``plain`` (the plain replanning reasoning), ``rot`` (the triple), ``shuffled``
-  (each triple swapped with a length-matched one of another sample: the control); not by default: ``plain_x2``,
+  (each triple swapped with a length-matched one of another sample: the control); not by default: ``bare`` (no
+  reflection at all: the reasoning of a step after a successful action), ``plain_x2``,
   ``rot_x2``, ``shuffled_x2``, a second ``sft`` cycle of the same budget from the arm's own model on its own samples;
 - the GRPO arms from the ``rot`` SFT policy, same prompts (on-policy failure states + RoT states) and budget:
   ``paper`` (the paper's reward), ``regrpo`` (η = 0.1, success executed from the prompt's state), ``regrpo_eta0``
@@ -73,6 +74,9 @@ ARMS_SFT = {
     "plain": ["teacher.rot.reflection=none"],
     "rot": ["teacher.rot.reflection=rot"],
     "shuffled": ["teacher.rot.reflection=shuffled"],
+    # not run by default: no reflection on the recovery samples at all (the reasoning a step after a successful
+    # action gets), the SFT behaviour clauses' second baseline
+    "bare": ["teacher.rot.reflection=bare"],
 }
 ARMS = {
     **ARMS_SFT,
@@ -115,7 +119,7 @@ ARMS.update(
         for arm in X2_ARMS
     }
 )
-DEFAULT_ARMS = [*SFT_ARMS, "paper", "regrpo", "regrpo_eta0"]
+DEFAULT_ARMS = ["plain", "rot", "shuffled", "paper", "regrpo", "regrpo_eta0"]
 MODES = ("free", "regrpo")
 
 
