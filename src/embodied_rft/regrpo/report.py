@@ -252,7 +252,7 @@ def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]
 def checks(c: dict[str, Any], eta: dict[str, Any] | None = None) -> dict[str, Any]:
     """The issue's thresholds (docs/regrpo.md §7); a check whose runs are missing is left out."""
     out: dict[str, Any] = {}
-    # (suffix, baseline, key prefix): the SFT budget of the recipe and the arms given a second cycle of it against the
+    # (suffix, baseline, key tag): the SFT budget of the recipe and the arms given a second cycle of it against the
     # plain replanning reasoning, and the recipe's budget against no reflection at all (`bare`)
     for x, base, tag in (("", "plain", ""), ("_x2", "plain", ""), ("", "bare", "_vs_bare")):
         rot, sh = c.get(f"rot{x} vs {base}{x} (free)"), c.get(f"shuffled{x} vs {base}{x} (free)")
