@@ -1,7 +1,7 @@
 """Distillation's RoT options (regrpo/distill.py, ``teacher.rot``): the arms on the same samples (plain
-reasoning, the triple, the shuffled control, no reflection at all), the clean:RoT mix, the defaults untouched, and the paper-scale
-recipe's teacher-written triples through the real ``openai`` client against a loopback server that injects
-faults (gated, cached once, a rerun free, the key never written)."""
+reasoning, the triple, the shuffled control, no reflection at all), the clean:RoT mix, the defaults untouched, and
+the paper-scale recipe's teacher-written triples through the real ``openai`` client against a loopback server that
+injects faults (gated, cached once, a rerun free, the key never written)."""
 
 from __future__ import annotations
 
@@ -78,11 +78,12 @@ def test_the_bare_arm_drops_every_word_on_the_failure_and_keeps_the_plan(tmp_pat
             k: v for k, v in plain[sid].items() if k != "reasoning_and_reflection"
         }
         why, nxt = bare[sid]["reasoning_and_reflection"], plain[sid]["language_plan"].split(", ")[0]
+        done, left = len(s["history"]), len(bare[sid]["executable_plan"])
         # the brief wording of a step after a successful action: steps done, steps left, the next one
         assert why in {
-            f"{len(s['history'])} done, {len(bare[sid]['executable_plan'])} left; next {nxt}.",
-            f"After {len(s['history'])} steps: {nxt}. {len(bare[sid]['executable_plan'])} to go.",
-            f"{len(s['history'])} steps done. Now {nxt}; {len(bare[sid]['executable_plan'])} remain.",
+            f"{done} done, {left} left; next {nxt}.",
+            f"After {done} steps: {nxt}. {left} to go.",
+            f"{done} steps done. Now {nxt}; {left} remain.",
         }
         assert "failed" not in why and s["rot"]["failed_action"][1] not in why and parse_triple(why) is None
         said[s["rot"]["executes"]] += "failed" in plain[sid]["reasoning_and_reflection"]

@@ -348,8 +348,8 @@ def test_the_no_kl_x2_arms_differ_from_their_kl_twins_only_in_the_kl_and_start_f
     grpo = [dict(a.split("=", 1) for a in args) for stage, args in calls if stage == "grpo"]
     assert [g["paths.grpo_model"] for g in grpo] == [f"{b}/{a}/models/grpo" for a in arms]
     assert all(g["paths.sft_model"] == f"{b}/rot_x2/models/sft" for g in grpo)  # the policy; no reference
-    for arm, with_kl in zip(arms, ("regrpo_steps_kept_x2", "regrpo_steps_eta0_x2", "paper_steps")):
-        cfg, ref = (compose("conf", [*rs.RECIPE, *rs.ARMS[a]]) for a in (arm, with_kl))
+    for arm in arms:  # each against its KL twin, the arm of the same name without `_nokl`
+        cfg, ref = (compose("conf", [*rs.RECIPE, *rs.ARMS[a]]) for a in (arm, arm.removesuffix("_nokl")))
         assert cfg["grpo"]["kl_coef"] == 0.0 and ref["grpo"]["kl_coef"] == 0.04
         cfg["grpo"]["kl_coef"] = ref["grpo"]["kl_coef"]
         assert cfg == ref  # nothing else differs
