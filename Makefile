@@ -15,7 +15,7 @@ export PYTHONHASHSEED ?= 0
 # stage commands in dvc.yaml run `python` from the project's venv
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: vllm-env smollm2 bon bon-headroom bon-seeds regrpo-seeds regrpo-sft regrpo-grpo regrpo-twins regrpo-nokl regrpo-bare regrpo-report help install params params-check repro results lint test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics plots fetch-alfred
+.PHONY: vllm-env smollm2 bon bon-headroom bon-seeds regrpo-seeds regrpo-sft regrpo-grpo regrpo-twins regrpo-nokl regrpo-bare regrpo-onpolicy regrpo-trigger regrpo-report help install params params-check repro results lint test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics plots fetch-alfred
 
 help: ## list every target
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -71,6 +71,13 @@ regrpo-nokl: $(STAMP) params ## ReGRPO's eta pair and the paper reward on its pr
 
 regrpo-bare: $(STAMP) params ## ReGRPO's cold-start SFT arms with a second baseline, no reflection at all on the recovery samples (bare), per seed in SEEDS; then metrics/regrpo_bare.json, reports/regrpo_bare.md
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms plain rot shuffled bare --modes free --out-metrics metrics/regrpo_bare.json --out-report reports/regrpo_bare.md
+
+regrpo-onpolicy: $(STAMP) params ## ReGRPO's cold-start SFT arms with the plain arm's own failures in training episodes added as RoT samples (docs/regrpo.md §2), per seed in SEEDS under runs/seed-N/regrpo-onpolicy (trains the plain arm under runs/seed-N/regrpo first if missing); then metrics/regrpo_onpolicy.json, reports/regrpo_onpolicy.md
+	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms plain --modes free --out-metrics metrics/regrpo_onpolicy.json --out-report reports/regrpo_onpolicy.md
+	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --subdir regrpo-onpolicy --arms plain rot shuffled --modes free --onpolicy-from regrpo/plain/models/sft --out-metrics metrics/regrpo_onpolicy.json --out-report reports/regrpo_onpolicy.md
+
+regrpo-trigger: $(STAMP) params ## ReGRPO's plain and RoT SFT arms answering freely and under ReGRPO's inference trigger, per seed in SEEDS; then metrics/regrpo_trigger.json, reports/regrpo_trigger.md
+	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms plain rot --modes free regrpo --out-metrics metrics/regrpo_trigger.json --out-report reports/regrpo_trigger.md
 
 regrpo-report: $(STAMP) ## the ReGRPO table from the finished runs/seed-N/regrpo evaluations (runs nothing)
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --summary-only

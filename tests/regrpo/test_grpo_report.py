@@ -103,6 +103,16 @@ def _steps(kinds: dict[str, tuple[int, int, int]]) -> dict:
     return {"kinds": {k: {"calls": c, "reflecting": r, "reflection_tokens": t} for k, (c, r, t) in kinds.items()}}
 
 
+def _plans(first_correct: int, repeat: int, silent_correct: int) -> dict:
+    """A regrpo/steps.py result on held-out near-misses: 10 after a rejected action, 5 after a silent one."""
+    return {
+        "plans": {
+            "after_failure": {"calls": 10, "first_correct": first_correct, "repeat": repeat},
+            "after_success": {"calls": 5, "first_correct": silent_correct, "repeat": 0},
+        }
+    }
+
+
 def _outcomes() -> tuple[dict[str, bool], dict[str, bool]]:
     """Two arms' success on ten episodes: the first solves e0-e3, the second loses e0 and gains e4, e5."""
     eps = [f"e{i}" for i in range(10)]
@@ -207,6 +217,26 @@ def test_arms_run_on_different_seeds_are_named_by_seed_and_compared_where_both_r
     assert "| rot vs plain (free) | s0 +100.0 (<1e-6) | 0 | 30 | +100.0 | <1e-6 |" in render(far)
 
 
+def test_an_arm_under_the_trigger_is_compared_with_a_baseline_answering_freely():
+    plain, rot = _outcomes()
+    records = {
+        0: {
+            ("plain", "free"): _record(plain, (40, 100), (20, 100)),
+            ("rot", "free"): _record(plain, (38, 100), (22, 100)),
+            ("rot", "regrpo"): _record(rot, (25, 100), (35, 100)),
+        }
+    }
+    c = summarise(records)["comparisons"]
+    # each arm in its own mode: RoT-SFT with ReGRPO's inference trigger, the plain recovery policy as it answers
+    cross = c["rot (regrpo) vs plain (free)"]
+    assert (cross["only_a"], cross["only_b"], cross["success_gap_pooled"]) == (1, 2, 10.0)
+    assert cross["behaviour_gap_pts"]["repeat_after_failure_rate"] == -15.0
+    assert cross["behaviour_gap_pts"]["recovered_next_call_rate"] == 15.0
+    assert c["rot vs plain (free)"]["behaviour_gap_pts"]["recovered_next_call_rate"] == 2.0
+    assert "rot vs plain (regrpo)" not in c  # plain was not evaluated under the trigger
+    assert "| rot (regrpo) vs plain (free) | s0 +10.0 (1) | 1 | 2 | +10.0 |" in render(summarise(records))
+
+
 def test_the_rl_arms_differ_only_in_the_reward_and_each_override_composes():
     from embodied_rft.params import compose, section_configs
     from embodied_rft.tools.regrpo_seeds import ARMS, DEFAULT_ARMS, RECIPE, RL
@@ -295,7 +325,7 @@ def test_the_x2_rl_arms_start_from_the_second_cycle_s_rot_policy_and_share_state
         return stage == "sft" and log_base.parent.name == "rot_x2"  # the second cycle "reran"
 
     monkeypatch.setattr(rs, "_run_stage", fake)
-    monkeypatch.setattr(rs, "_run", lambda cmd, log: runs.append(cmd[cmd.index("--model") + 1]))
+    monkeypatch.setattr(rs, "_run", lambda cmd, log: runs.append(cmd))
     base = tmp_path / "seed-3" / "regrpo"
     # states collected from the first-cycle rot policy must not reach an arm that starts from rot_x2
     old = base / "regrpo_steps" / "work" / "grpo_states"
@@ -323,7 +353,11 @@ def test_the_x2_rl_arms_start_from_the_second_cycle_s_rot_policy_and_share_state
     assert shared.read_text() == "x2\n"
     # the held-out steps of both starts and both arms, each on valid_seen's and valid_unseen's samples
     models = {f"{b}/rot/models/sft", f"{b}/rot_x2/models/sft", *(f"{b}/{a}/models/grpo" for a in grpo)}
-    assert set(runs) == models and len(runs) == 2 * len(models)
+    steps = [c[c.index("--model") + 1] for c in runs if "--rot-episodes" not in c]
+    assert set(steps) == models and len(steps) == 2 * len(models)
+    # and both SFT policies answer the engine's held-out near-misses
+    near = [c[c.index("--model") + 1] for c in runs if "--rot-episodes" in c]
+    assert near == [f"{b}/rot/models/sft", f"{b}/rot_x2/models/sft"]
     # each arm composes as its first-cycle twin: kept keeps all-success groups, eta0 has no cost
     for arm, twin in (("regrpo_steps_kept_x2", "regrpo_steps_kept"), ("regrpo_steps_eta0_x2", "regrpo_steps_eta0")):
         assert rs.ARMS[arm] == rs.ARMS[twin]
@@ -459,3 +493,40 @@ def test_the_bare_arm_differs_from_plain_only_in_the_reflection_and_is_checked_a
         "rot_vs_bare_repeat_after_failure_-10pts": True,
         "rot_vs_bare_success_not_lower_than_3pts": False,
     }
+
+
+def test_every_sft_arm_answers_held_out_near_misses_and_on_policy_states_reach_every_stage(tmp_path, monkeypatch):
+    from embodied_rft.tools import regrpo_seeds as rs
+
+    stages, runs = [], []
+    monkeypatch.setattr(rs, "_run_stage", lambda seed, stage, args, *a: stages.append((stage, args)) or False)
+    monkeypatch.setattr(rs, "_run", lambda cmd, log: runs.append(cmd))
+    monkeypatch.setattr(
+        rs, "onpolicy_states", lambda model, train, base, n, extra: f"decompose.rot.onpolicy_states={n}"
+    )
+    root = tmp_path / "seed-0"
+    rs.run_seed(0, root, "op", ["plain", "rot"], ["free"], ["prompt.style=compact"], ("regrpo/plain/models/sft", 30))
+    assert all("decompose.rot.onpolicy_states=30" in args for stage, args in stages if stage != "prepare")
+    near = [c for c in runs if "--rot-episodes" in c]
+    assert [c[c.index("--model") + 1] for c in near] == [
+        (root / f"op/{a}/models/sft").as_posix() for a in ("plain", "rot")
+    ]
+    for c in near:  # one sample file for every arm, the report's split, the prompt overrides passed on
+        assert c[c.index("--samples") + 1] == (root / "op/heldout-rot/valid_unseen.jsonl").as_posix()
+        assert c[c.index("--rot-episodes") + 1].endswith("data/episodes/valid_unseen.jsonl")
+        assert c[-1] == "prompt.style=compact"
+    plain, rot = _outcomes()
+    records = {
+        s: {("rot", "free"): _record(rot, (1, 2), (1, 2)), ("rot", rs.HELDOUT_ROT): _plans(7, 1, 2 + s)} for s in (0, 1)
+    }
+    summ = summarise(records)
+    assert list(summ["arms"]) == ["rot/free"]  # the near-miss answers are no evaluation mode
+    d = summ["heldout_rot"]["rot"]
+    assert d["seeds"] == [0, 1] and d["pooled"]["after_failure"] == {
+        "calls": 20,
+        "first_correct": 14,
+        "repeat": 2,
+        "first_correct_rate": 0.7,
+        "repeat_rate": 0.1,
+    }
+    assert "| rot | s0, s1 | 20 | 10.0 | 70.0 | 10 | 50.0 |" in render(summ)

@@ -126,3 +126,40 @@ def test_a_real_run_is_written_and_reused_for_the_same_weights_and_samples(tmp_p
     (policy / "model.safetensors").write_bytes((policy / "model.safetensors").read_bytes()[:-4] + b"\0\0\0\0")
     steps.run(policy, data, out)
     assert len(calls) == 1  # other weights: measured again
+
+
+def test_the_plan_tally_counts_right_first_actions_and_repeats_after_a_failure():
+    samples = _samples()
+    gold0 = [json.loads(s["label"])["gold"][0][0] for s in samples]
+    failed = samples[-1]["history"][-1]["action_id"]
+    firsts = [gold0[0], None, gold0[2], failed, failed]  # a wrong action after a success, a repeat after a failure
+    kinds = [steps.call_kind(s) for s in samples]
+    t = steps.plan_tally(kinds, samples, firsts)
+    assert t["first"] == {"calls": 1, "first_correct": 1, "repeat": 0, "first_correct_rate": 1.0, "repeat_rate": 0.0}
+    assert (t["after_success"]["first_correct"], t["after_success"]["repeat"]) == (int(failed == gold0[3]) + 1, 0)
+    assert t["after_failure"] == {
+        "calls": 1,
+        "first_correct": int(failed == gold0[4]),
+        "repeat": 1,
+        "first_correct_rate": float(failed == gold0[4]),
+        "repeat_rate": 1.0,
+    }
+    answer = gold_response(samples[0])
+    assert steps.first_action(answer) == gold0[0] and steps.first_action("not json") is None
+
+
+def test_held_out_near_misses_are_the_engine_s_on_episodes_it_never_trained_on(tmp_path):
+    from embodied_rft.core.atomic import write_jsonl_atomic
+    from embodied_rft.data.decompose import is_recovery
+    from embodied_rft.regrpo.rot import verify
+    from tests.helpers import tiny_checkpoints as tc
+
+    eps = list(tc.episodes("valid_unseen", n=8))
+    path = tmp_path / "eps.jsonl"
+    write_jsonl_atomic(path, eps)
+    got = steps.heldout_rot_samples(path, tc.PROMPT)
+    by_id = {e["episode_id"]: e for e in eps}
+    assert 8 <= len(got) <= 16 and all(is_recovery(s) and "rot" in s for s in got)
+    assert all(steps.call_kind(s) in ("after_failure", "after_success") for s in got)
+    assert all(verify(by_id[s["episode_id"]], s) == (True, True) for s in got)
+    assert got == steps.heldout_rot_samples(path, tc.PROMPT)  # seeded: the same samples for every model

@@ -90,6 +90,11 @@ class DecomposeConfig:
             "decompose.rot.silent_twins",
             "needs decompose.rot.enabled and decompose.steps_per_episode > 0 (the twins replace drawn clean steps)",
         )
+        check(
+            self.rot.onpolicy_states is None or self.rot.enabled,
+            "decompose.rot.onpolicy_states",
+            "needs decompose.rot.enabled (the on-policy failures join the RoT samples)",
+        )
         check(bool(self.train_split), "decompose.train_split", "must name an episode split, e.g. train")
 
 
@@ -378,6 +383,9 @@ def run_decompose(
             )
             if name == "train":
                 samples = _steps_per_episode(samples, cfg.steps_per_episode, cfg.seed, cfg.rot.silent_twins)
+                onpolicy = _onpolicy(cfg, eps) if rot is not None else None
+                if onpolicy is not None:
+                    samples += onpolicy[0]
             samples = seeded_subset(samples, cap, cfg.seed)
             with atomic_open(tmp / f"{name}.jsonl") as fh:
                 for s in samples:
@@ -387,6 +395,8 @@ def run_decompose(
                 from ..regrpo.rot import report
 
                 metrics[name]["rot"] = report(rot, samples, {e["episode_id"]: e for e in eps}, cfg.seed)
+                if onpolicy is not None:
+                    metrics[name]["rot"]["onpolicy"] = onpolicy[1]
             log.info("decompose %s: %d samples from %d episodes", name, len(samples), len(eps))
     if any(
         json.loads(line).get("source") == "alfred" for line in _first_line(episodes_dir / f"{cfg.train_split}.jsonl")
@@ -404,6 +414,22 @@ def run_decompose(
         }
     write_metrics(metrics_path, metrics, {"train": {"samples": True}, "val": {"samples": True}})
     return metrics
+
+
+def _onpolicy(cfg: DecomposeConfig, eps: list[dict]) -> tuple[list[dict], dict[str, Any]] | None:
+    """The RoT samples of ``decompose.rot.onpolicy_states`` (regrpo/onpolicy.py) and their counts and checks."""
+    if cfg.rot.onpolicy_states is None:
+        return None
+    from ..core.digest import file_digest
+    from ..regrpo.onpolicy import read_states, rot_samples
+    from ..regrpo.rot import checks
+
+    path = Path(cfg.rot.onpolicy_states)
+    if not path.is_file():
+        raise DataError(f"decompose.rot.onpolicy_states: {path} does not exist (python -m embodied_rft.regrpo.collect)")
+    by_id = {e["episode_id"]: e for e in eps}
+    samples, counts = rot_samples(read_states(path), by_id, str(path))
+    return samples, {"file": path.as_posix(), "digest": file_digest(path), **counts, **checks(samples, by_id, cfg.seed)}
 
 
 def _rot_engine(cfg: DecomposeConfig) -> Any:

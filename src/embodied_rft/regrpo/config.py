@@ -49,6 +49,10 @@ class RotConfig:
     # history equals the RoT sample's up to the last action, which there found the right object and here a wrong
     # one, both "executed successfully", so the data holds both sides of a silent failure. false = drawn uniformly
     silent_twins: bool = False
+    # a file of on-policy states (regrpo/collect.py: the states a trained policy reaches in training episodes)
+    # whose states after a failed action join the train file as RoT samples of the policy's own failures, the
+    # planner's plan from there as the corrected plan (their rot field has origin: onpolicy); null = none
+    onpolicy_states: str | None = None
 
     def __post_init__(self) -> None:
         check(

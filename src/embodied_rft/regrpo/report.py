@@ -7,11 +7,13 @@ released trainer, ``grpo.anchors`` —, ``regrpo_offline`` and the ``*_steps`` a
 the prompts —: GRPO from the RoT-SFT policy, or from ``rot_x2`` for the arms of :data:`RL_STARTS`) and per evaluation
 mode (``free``, ``regrpo``: ``evaluate.reflection``), the record
 ``metrics/eval.details.json`` of that evaluation (one model in it), and per arm and split the held-out per-step
-reflection counts (``regrpo/steps.py``: ``metrics/steps-<split>.json``). Output: success, the behaviour columns
-(repeat-after-failure, recovered-next-call: executes / oracle-correct) and the reflection counts per seed and
+reflection counts (``regrpo/steps.py``: ``metrics/steps-<split>.json``), and per SFT arm its answers to the RoT
+engine's near-misses on valid_unseen's episodes (``metrics/heldout-rot-valid_unseen.json``). Output: success, the
+behaviour columns (repeat-after-failure, recovered-next-call: executes / oracle-correct) and the reflection counts per seed and
 pooled (a pooled rate is the pooled numerator over the pooled denominator); each comparison paired on the same
 episodes (exact McNemar per seed and over the pooled discordant counts); the held-out per-step reflection per arm
-and the η pairs' ratio; and the issue's checks. The η check reads the held-out steps after a successful action (the
+and the η pairs' ratio; the SFT arms' repeats and right first actions on the held-out near-misses; and the
+issue's checks. The η check reads the held-out steps after a successful action (the
 calls where a reflection is not needed), not the interactive calls after one: in EB's loop those are starts and
 plan-exhausted calls, silent failures (docs/regrpo.md §7). A symbolic-simulator proxy throughout.
 """
@@ -67,9 +69,15 @@ RL_PAIRS = (
 )
 # the held-out per-step samples measured (regrpo/steps.py): valid_seen's to choose a recipe on, valid_unseen's to report
 STEP_SPLITS = ("valid_seen", "valid_unseen")
-# (a, b, mode): b against a on the same episodes
-COMPARISONS = (
+# the record key of an SFT arm's greedy answers to the RoT engine's near-misses on valid_unseen's episodes
+# (regrpo/steps.py --rot-episodes): failures the policy did not make itself
+HELDOUT_ROT = "heldout_rot"
+# (a, b, mode): b against a on the same episodes, both in that evaluation mode; or (a, b, mode of a, mode of b): each
+# arm in its own mode, e.g. the RoT-SFT policy under ReGRPO's trigger against plain recovery SFT answering freely
+COMPARISONS: tuple[tuple[str, ...], ...] = (
     ("plain", "rot", "free"),
+    ("plain", "rot", "regrpo"),
+    ("plain", "rot", "free", "regrpo"),
     ("plain", "shuffled", "free"),
     ("shuffled", "rot", "free"),
     ("plain_x2", "rot_x2", "free"),
@@ -156,6 +164,20 @@ def _steps_pooled(results: list[dict]) -> dict[str, dict[str, Any]]:
     return {kind: with_rates(o) for kind, o in out.items()}
 
 
+def _plans_pooled(results: list[dict]) -> dict[str, dict[str, Any]]:
+    """Per kind of call, the plan counts of held-out answers (``regrpo/steps.py`` ``plans``) summed over seeds."""
+    out: dict[str, dict[str, Any]] = {}
+    for res in results:
+        for kind, d in (res.get("plans") or {}).items():
+            o = out.setdefault(kind, {"calls": 0, "first_correct": 0, "repeat": 0})
+            for k in o:
+                o[k] += d[k]
+    for o in out.values():
+        o["first_correct_rate"] = round(o["first_correct"] / o["calls"], 4)
+        o["repeat_rate"] = round(o["repeat"] / o["calls"], 4)
+    return out
+
+
 def _steps(records: dict[int, dict], seeds: list[int], split: str) -> dict[str, Any]:
     """Per arm measured on ``split``'s held-out steps: the seeds, each seed's and the pooled reflection counts."""
     key = f"steps:{split}"
@@ -191,7 +213,7 @@ def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]
     held-out per-step reflection counts on that split (``regrpo/steps.py``) -> the summary (module docstring)."""
     seeds = sorted(records)
     steps = {split: st for split in STEP_SPLITS if (st := _steps(records, seeds, split))}
-    keys = sorted({k for r in records.values() for k in r if not k[1].startswith("steps:")})
+    keys = sorted({k for r in records.values() for k in r if not k[1].startswith("steps:") and k[1] != HELDOUT_ROT})
     arms: dict[str, Any] = {}
     # the seeds an arm has: arms may be run on different seeds (the table names the seed of every figure)
     rows = {k: [{"seed": s, **arm_row(records[s][k])} for s in seeds if k in records[s]] for k in keys}
@@ -203,8 +225,8 @@ def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]
             "reflection_tokens_per_call_after_success_pooled": _tokens_after_success(rs),
         }
     comparisons: dict[str, Any] = {}
-    for a, b, mode in COMPARISONS:
-        ka, kb = (a, mode), (b, mode)
+    for a, b, *modes in COMPARISONS:
+        ka, kb = (a, modes[0]), (b, modes[-1])
         both = [s for s in seeds if ka in records[s] and kb in records[s]]
         if not both:
             continue
@@ -219,7 +241,8 @@ def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]
         for col in RATES:
             pa, pb = _pool_rate(ra, col), _pool_rate(rb, col)
             diff[col] = round(100 * (pb - pa), 2) if pa is not None and pb is not None else None
-        comparisons[f"{b} vs {a} ({mode})"] = {
+        name = f"{b} vs {a} ({modes[0]})" if len(modes) == 1 else f"{b} ({modes[1]}) vs {a} ({modes[0]})"
+        comparisons[name] = {
             "seeds": both,
             "success_gap_per_seed": [c["gap"] for c in per],
             # from the discordant counts at the pooled p's precision (paired() keeps 4 decimals)
@@ -232,6 +255,10 @@ def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]
             "behaviour_gap_pts": diff,
             "reflection_tokens_after_success": [_tokens_after_success(ra), _tokens_after_success(rb)],
         }
+    near: dict[str, Any] = {}
+    for arm in sorted({k[0] for r in records.values() for k in r if k[1] == HELDOUT_ROT}):
+        have = [s for s in seeds if (arm, HELDOUT_ROT) in records[s]]
+        near[arm] = {"seeds": have, "pooled": _plans_pooled([records[s][(arm, HELDOUT_ROT)] for s in have])}
     eta = {
         f"{b} vs {a} (steps, {split})": g
         for split in STEP_SPLITS
@@ -243,6 +270,7 @@ def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]
         "seeds": seeds,
         "arms": arms,
         "steps": steps,
+        "heldout_rot": near,
         "comparisons": comparisons,
         "eta": eta,
         "checks": checks(comparisons, eta),
@@ -347,6 +375,24 @@ def render(summary: dict[str, Any]) -> str:
                     f"| {split} | {arm} | {', '.join(f's{s}' for s in d['seeds'])} | "
                     f"{pct(f and f['reflection_rate'])} | {pct(a and a['reflection_rate'])} | {tok} |"
                 )
+    if summary.get("heldout_rot"):
+        lines += [
+            "",
+            "The RoT engine's near-misses on valid_unseen's episodes (two per trajectory; failures the policy did not "
+            "make itself; greedy; docs/regrpo.md §8), pooled over the seeds measured: after a rejected action, answers "
+            "that repeat it and answers whose first action is the corrected plan's (%); after a silent one (it "
+            "executed), answers whose first action is right (%).",
+            "",
+            "| arm | seeds | rejected: calls | repeat | first action right | silent: calls | first action right |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for arm, d in summary["heldout_rot"].items():
+            f, a = d["pooled"].get("after_failure") or {}, d["pooled"].get("after_success") or {}
+            lines.append(
+                f"| {arm} | {', '.join(f's{s}' for s in d['seeds'])} | {f.get('calls', 0)} | "
+                f"{pct(f.get('repeat_rate'))} | {pct(f.get('first_correct_rate'))} | {a.get('calls', 0)} | "
+                f"{pct(a.get('first_correct_rate'))} |"
+            )
     for k, g in (summary.get("eta") or {}).items():
         (t0, t1), seeds = g["tokens_per_call"], ", ".join(f"s{s}" for s in g["seeds"])
         share = "–" if not t0 else f"{100 * t1 / t0:.0f}%"
@@ -360,6 +406,7 @@ __all__ = [
     "COMPARISONS",
     "CONTINUED_ARMS",
     "ETA_PAIRS",
+    "HELDOUT_ROT",
     "RL_STARTS",
     "GRPO_ARMS",
     "SFT_ARMS",

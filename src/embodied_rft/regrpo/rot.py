@@ -291,17 +291,15 @@ def verify(ep: dict, sample: dict) -> tuple[bool, bool]:
     return same, sim.is_success()
 
 
-def report(engine: RotEngine, samples: list[dict], episodes: dict[str, dict], seed: int) -> dict[str, Any]:
-    """The engine's metrics over the written samples, with the issue's floors: every failure observation re-made
-    by the simulator (:func:`verify`), every corrected plan reaching the goal, the scripted triples' gate pass
-    rate (``text.gate``), the mix within 5 points of its target."""
+def checks(samples: list[dict], episodes: dict[str, dict], seed: int) -> dict[str, Any]:
+    """The provenance and gate figures of RoT ``samples``: every failure observation re-made by the simulator
+    (:func:`verify`), every corrected plan reaching the goal, the scripted triples' gate pass rate (``text.gate``)."""
     from .text import gate
     from .write import scripted_triple, triple_rng
 
-    rots = [s for s in samples if "rot" in s]
     same = reach = passed = 0
     problems: Counter[str] = Counter()
-    for s in rots:
+    for s in samples:
         ok, goal = verify(episodes[s["episode_id"]], s)
         same += ok
         reach += goal
@@ -310,27 +308,36 @@ def report(engine: RotEngine, samples: list[dict], episodes: dict[str, dict], se
         )
         passed += not bad
         problems.update(b.split(":")[0] for b in bad)
-    n = len(rots)
-    out = engine.metrics()
+    n = len(samples)
     rate = lambda k: round(k / n, 4) if n else 0.0  # noqa: E731
-    out.update(
-        written=n,
-        feedback_from_simulator=rate(same),
-        corrected_reach_goal=rate(reach),
-        gates={"pass_rate": rate(passed), "problems": dict(problems)},
-        silent_share=rate(sum(s["rot"]["executes"] for s in rots)),
-    )
+    return {
+        "written": n,
+        "feedback_from_simulator": rate(same),
+        "corrected_reach_goal": rate(reach),
+        "gates": {"pass_rate": rate(passed), "problems": dict(problems)},
+        "floors": {
+            "feedback_all_from_simulator": n > 0 and same == n,
+            "gates_95pct": n > 0 and passed >= 0.95 * n,
+            "corrected_all_reach_goal": n > 0 and reach == n,
+        },
+    }
+
+
+def report(engine: RotEngine, samples: list[dict], episodes: dict[str, dict], seed: int) -> dict[str, Any]:
+    """The engine's metrics over its written samples (those of ``samples`` with a ``rot`` field and no ``origin``:
+    on-policy samples, ``regrpo/onpolicy.py``, are checked apart), with the issue's floors: :func:`checks`' three and
+    the mix within 5 points of its target."""
+    rots = [s for s in samples if "rot" in s and "origin" not in s["rot"]]
+    out = engine.metrics()
+    got = checks(rots, episodes, seed)
+    floors = got.pop("floors")
+    out.update(got, silent_share=round(sum(s["rot"]["executes"] for s in rots) / len(rots), 4) if rots else 0.0)
     ids = {s["sample_id"] for s in samples}
     silent = [s for s in rots if s["rot"]["executes"]]
     twins = sum(step_id(s["episode_id"], s["step"] + 1) in ids for s in silent)
     out["silent_with_clean_twin"] = round(twins / len(silent), 4) if silent else 0.0
-    out["floors"] = {
-        "feedback_all_from_simulator": n > 0 and same == n,
-        "gates_95pct": n > 0 and passed >= 0.95 * n,
-        "corrected_all_reach_goal": n > 0 and reach == n,
-        "mix_within_5pts": all(out["within_5pts"].values()),
-    }
+    out["floors"] = {**floors, "mix_within_5pts": all(out["within_5pts"].values())}
     return out
 
 
-__all__ = ["CANDIDATES", "NearMiss", "RotEngine", "report", "verify"]
+__all__ = ["CANDIDATES", "NearMiss", "RotEngine", "checks", "report", "verify"]

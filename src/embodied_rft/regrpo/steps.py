@@ -12,12 +12,15 @@ Input: a model folder and decomposed samples (JSONL). Output (:func:`measure`): 
 history; ``after_success``: the last action executed; ``after_failure``: it was invalid) the calls, the greedy
 answers that reflect, their reflection tokens in the model's tokenizer (:func:`text.reflection_tokens`: the span
 from the first ErrorType/Evidence/FixPlan marker), tokens per call, the reflecting answers per ErrorType they name
-(``named``), and answers cut at the token cap; plus the model files' digest, so a finished measurement is reused
-only for the same weights. Greedy decoding with the fast sampler, the GRPO stage's held-out check's
-(``train/grpo/heldout.greedy_responses``).
+(``named``), and answers cut at the token cap; per kind too (``plans``, :func:`plan_tally`) the answers whose plan
+starts with the label's first action and, after a failure, those that start with the failed action again; plus the
+model files' digest, so a finished measurement is reused only for the same weights. Greedy decoding with the fast
+sampler, the GRPO stage's held-out check's (``train/grpo/heldout.greedy_responses``).
 
 ``python -m embodied_rft.regrpo.steps --model DIR --samples FILE --out FILE`` writes the result atomically
-(``tools/regrpo_seeds.py`` runs it for every arm; ``regrpo/report.py`` reads it for the η check).
+(``tools/regrpo_seeds.py`` runs it for every arm; ``regrpo/report.py`` reads it for the η check). With
+``--rot-episodes EPISODES`` it first writes the RoT engine's near-misses on those held-out episodes to ``--samples``
+(:func:`heldout_rot_samples`): how often a policy repeats a failure it did not make itself (docs/regrpo.md §8).
 """
 
 from __future__ import annotations
@@ -87,6 +90,44 @@ def tally(
     return {k: with_rates(out[k]) for k in KINDS if k in out}
 
 
+def plan_tally(kinds: Sequence[str], samples: Sequence[dict], firsts: Sequence[int | None]) -> dict[str, dict]:
+    """Per kind: the answers whose plan starts with the label's first action (``first_correct``) and, after a
+    failure, those that start with the failed action again (``repeat``), with their rates over the calls."""
+    out: dict[str, dict[str, Any]] = {}
+    for k, s, first in zip(kinds, samples, firsts, strict=True):
+        d = out.setdefault(k, {"calls": 0, "first_correct": 0, "repeat": 0})
+        gold = json.loads(s["label"])["gold"] if isinstance(s["label"], str) else s["label"]["gold"]
+        d["calls"] += 1
+        d["first_correct"] += first is not None and bool(gold) and first == gold[0][0]
+        d["repeat"] += k == "after_failure" and first == s["history"][-1]["action_id"]
+    for d in out.values():
+        d["first_correct_rate"] = round(d["first_correct"] / d["calls"], 4)
+        d["repeat_rate"] = round(d["repeat"] / d["calls"], 4)
+    return {k: out[k] for k in KINDS if k in out}
+
+
+def first_action(response: str) -> int | None:
+    """The first action id of a response's executable plan (None when none can be read)."""
+    from ..evaluate.episode import read_plan
+
+    _, ids = read_plan(response, sys.maxsize)
+    return ids[0] if ids else None
+
+
+def heldout_rot_samples(episodes_path: str | Path, prompt_cfg: Any, recovery: int = 2, seed: int = 0) -> list[dict]:
+    """The RoT engine's near-miss samples (``regrpo/rot.py``, default mix) on held-out episodes: ``recovery`` per
+    trajectory, nothing else. The engine's failures at the expert's steps, answered by a policy that never trained
+    on these episodes (docs/regrpo.md §8: they do not need the failure read)."""
+    from ..data.decompose import decompose_episodes
+    from ..data.jsonl import iter_jsonl
+    from .config import RotConfig
+    from .rot import RotEngine
+
+    eps = [rec for _, rec in iter_jsonl(episodes_path)]
+    samples = decompose_episodes(eps, prompt_cfg, recovery=recovery, seed=seed, rot=RotEngine(RotConfig(enabled=True)))
+    return [s for s in samples if is_recovery(s)]
+
+
 def named_type(response: str) -> str:
     """The ErrorType a response's reflection names ("" when it names none)."""
     m = _NAMED.search(reflection_span(response))
@@ -147,6 +188,7 @@ def measure(
         "samples": len(samples),
         "max_new_tokens": max_new_tokens,
         "kinds": tally(kinds, tokens, truncated, [named_type(t) for t in texts]),
+        "plans": plan_tally(kinds, samples, [first_action(t) for t in texts]),
     }
 
 
@@ -170,8 +212,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", required=True, help="decomposed samples (JSONL), e.g. the decompose stage's val file")
     ap.add_argument("--out", required=True)
     ap.add_argument("--max-new-tokens", type=int, default=512)
+    ap.add_argument(
+        "--rot-episodes",
+        default=None,
+        help="held-out episodes (JSONL): first write the RoT engine's near-miss samples on them (two per trajectory) "
+        "to --samples, unless that file exists",
+    )
+    ap.add_argument("overrides", nargs="*", help="config overrides for the prompt of --rot-episodes' samples")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.rot_episodes and not Path(args.samples).exists():
+        from ..config import build
+        from ..core.atomic import write_jsonl_atomic
+        from ..data.prompt import PromptConfig
+        from ..params import compose
+
+        prompt_cfg = build(PromptConfig, compose("conf", args.overrides)["prompt"], "prompt")
+        write_jsonl_atomic(args.samples, heldout_rot_samples(args.rot_episodes, prompt_cfg))
     res = run(args.model, args.samples, args.out, max_new_tokens=args.max_new_tokens)
     log.info("%s: %s", args.model, json.dumps(res["kinds"]))
     return 0

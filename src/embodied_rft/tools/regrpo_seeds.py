@@ -6,7 +6,9 @@
 ``make seeds``: ``seed=<s>`` and every ``paths.*`` re-rooted, so its ``prepare`` is reused), the stages each arm needs
 through the same entry points DVC calls (``python -m stages.<name>``):
 
-- ``prepare`` (shared with ``make seeds``), then ``decompose`` with the RoT engine into ``<subdir>/decomposed``;
+- ``prepare`` (shared with ``make seeds``), then ``decompose`` with the RoT engine into ``<subdir>/decomposed``; with
+  ``--onpolicy-from <policy folder under the seed's root>`` that policy first plays ``--onpolicy-episodes`` training
+  episodes (``regrpo/collect.py``) and its own failures join every arm's samples (``decompose.rot.onpolicy_states``);
 - the SFT arms, each ``distill`` -> ``base`` -> ``sft`` on the same samples and the same budget, differing only in the
   reasoning of the RoT samples: ``plain`` (the plain replanning reasoning), ``rot`` (the triple), ``shuffled``
   (each triple swapped with a length-matched one of another sample: the control); not by default: ``bare`` (no
@@ -21,6 +23,8 @@ through the same entry points DVC calls (``python -m stages.<name>``):
 - the held-out per-step reflection of the ``rot`` arm, each GRPO arm and the SFT model it starts from
   (``regrpo/steps.py``) on the decomposed samples of valid_unseen (decompose's val file) and of valid_seen (a second
   ``decompose`` into ``decomposed-valid_seen``): the calls the η check reads;
+- each SFT arm's greedy answers to the RoT engine's near-misses on valid_unseen's episodes (``regrpo/steps.py
+  --rot-episodes``): failures the policy did not make itself, how often it repeats them;
 - ``evaluate`` of each arm's model in each mode of ``--modes`` (``evaluate.reflection``).
 
 A stage is skipped when its metrics exist with unchanged parameters (``tools/seeds.py``'s stamps), and every stage
@@ -41,6 +45,7 @@ from pathlib import Path
 from embodied_rft.regrpo.report import (
     CONTINUED_ARMS,
     GRPO_ARMS,
+    HELDOUT_ROT,
     RL_STARTS,
     SFT_ARMS,
     STEP_SPLITS,
@@ -172,20 +177,52 @@ def _share_states(base: Path, arm: str) -> None:
             return
 
 
-def run_seed(seed: int, root: Path, subdir: str, arms: list[str], modes: list[str], extra: list[str]) -> None:
-    """Every stage the chosen arms need for one seed (module docstring)."""
+def onpolicy_states(model: Path, train: Path, base: Path, episodes: int, extra: list[str]) -> str:
+    """``decompose.rot.onpolicy_states=<file>``: the states the policy at ``model`` reaches in ``episodes`` of the
+    training episodes ``train`` (``regrpo/collect.py``, ``regrpo/onpolicy.py``), collected once into
+    ``base/onpolicy/``. The file is named by the policy's digest, so another policy gives another parameter and the
+    stamps rerun decompose and what follows."""
+    from embodied_rft.regrpo.steps import model_digest
+
+    if not (model / "config.json").exists():
+        raise SystemExit(f"--onpolicy-from: no model at {model} (train that arm first, e.g. make regrpo-sft)")
+    out = base / "onpolicy" / f"states-{model_digest(model)[:12]}-n{episodes}.jsonl"
+    if not out.exists():
+        cmd = ["-m", "embodied_rft.regrpo.collect", "--model", model.as_posix(), "--episodes", train.as_posix()]
+        cmd += ["--n", str(episodes), "--out", out.as_posix(), *extra]
+        _run([sys.executable, *cmd], base / "logs" / "onpolicy.log")
+    return f"decompose.rot.onpolicy_states={out.as_posix()}"
+
+
+def run_seed(
+    seed: int,
+    root: Path,
+    subdir: str,
+    arms: list[str],
+    modes: list[str],
+    extra: list[str],
+    onpolicy: tuple[str, int] | None = None,
+) -> None:
+    """Every stage the chosen arms need for one seed (module docstring); ``onpolicy`` = (a policy folder under the
+    seed's root, episodes): every arm's data add that policy's own failures as RoT samples."""
     paths = _conf_paths()
     common = [f"seed={seed}", *path_overrides(paths, root)]
     base, logs = root / subdir, root / subdir / "logs"
+    episodes = root / paths["episodes_dir"]
     if any(o.split("=")[0].lstrip("+~").startswith(("data", "experiment")) for o in extra):
         # other episodes than `make seeds`': prepared under the subdir, never over its runs
-        common.append(f"paths.episodes_dir={(base / 'episodes').as_posix()}")
+        episodes = base / "episodes"
+        common.append(f"paths.episodes_dir={episodes.as_posix()}")
         prep = [*common, *_outputs(base), *extra]
         ran = _run_stage(seed, "prepare", prep, base / "metrics" / "prepare.json", logs / "prepare", False)
     else:  # the episodes of `make seeds` (same seed and overrides: its stamp makes this a no-op when it ran)
         done = root / paths["metrics_dir"] / "prepare.json"
         ran = _run_stage(seed, "prepare", common, done, root / "logs" / "prepare", False)
     shared = [*common, *RECIPE, f"paths.decomposed_dir={(base / 'decomposed').as_posix()}"]
+    if onpolicy is not None:
+        policy, n = onpolicy
+        prompt = [o for o in extra if o.lstrip("+~").startswith("prompt.")]
+        shared.append(onpolicy_states(root / policy, episodes / "train.jsonl", base, n, prompt))
     ran = _run_stage(
         seed,
         "decompose",
@@ -233,6 +270,15 @@ def run_seed(seed: int, root: Path, subdir: str, arms: list[str], modes: list[st
             cmd = ["-m", "embodied_rft.regrpo.steps", "--model", (base / arm / "models" / model).as_posix()]
             cmd += ["--samples", val.as_posix(), "--out", steps_file(base, arm, split).as_posix()]
             _run([sys.executable, *cmd], logs / arm / f"steps-{split}.log")
+    sft_arms = [a for a in after if a in SFT_ARMS or a in CONTINUED_ARMS]
+    near = base / "heldout-rot" / "valid_unseen.jsonl"  # the engine's near-misses on the report's split
+    for arm in sft_arms:  # reused for the same weights and samples
+        cmd = ["-m", "embodied_rft.regrpo.steps", "--model", (base / arm / "models" / "sft").as_posix()]
+        cmd += ["--samples", near.as_posix(), "--rot-episodes", (episodes / "valid_unseen.jsonl").as_posix()]
+        cmd += ["--out", heldout_rot_file(base, arm).as_posix()]
+        _run(
+            [sys.executable, *cmd, *[o for o in extra if o.lstrip("+~").startswith("prompt.")]], logs / arm / "rot.log"
+        )
     for arm in arms:
         model = "grpo" if arm in GRPO_ARMS else "sft"
         src = f"paths.{model}_model={(base / arm / 'models' / model).as_posix()}"
@@ -256,6 +302,11 @@ def steps_file(base: Path, arm: str, split: str) -> Path:
     return base / arm / "metrics" / f"steps-{split}.json"
 
 
+def heldout_rot_file(base: Path, arm: str) -> Path:
+    """Where an SFT arm's greedy answers to the RoT engine's near-misses on valid_unseen are tallied."""
+    return base / arm / "metrics" / "heldout-rot-valid_unseen.json"
+
+
 def collect(runs: dict[int, Path], subdir: str, arms: list[str], modes: list[str]) -> dict[int, dict]:
     """``{seed: {(arm, mode): eval.details.json}}`` of the finished evaluations, and the arm's
     held-out per-step reflection counts on a split's samples, ``(arm, "steps:<split>")``, where they were measured."""
@@ -271,6 +322,9 @@ def collect(runs: dict[int, Path], subdir: str, arms: list[str], modes: list[str
                 f = steps_file(root / subdir, arm, split)
                 if f.exists():
                     out[s][(arm, f"steps:{split}")] = json.loads(f.read_text("utf-8"))
+            f = heldout_rot_file(root / subdir, arm)
+            if f.exists():
+                out[s][(arm, HELDOUT_ROT)] = json.loads(f.read_text("utf-8"))
     return out
 
 
@@ -279,12 +333,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arms", nargs="+", default=DEFAULT_ARMS, choices=list(ARMS))
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     ap.add_argument("--subdir", default="regrpo", help="a seed's ReGRPO runs go under <runs-dir>/seed-<s>/<subdir>/")
+    ap.add_argument(
+        "--onpolicy-from",
+        default=None,
+        help="a policy folder under each seed's root (e.g. regrpo/plain/models/sft) whose own failures in training "
+        "episodes join every arm's data as RoT samples (regrpo/onpolicy.py)",
+    )
+    ap.add_argument("--onpolicy-episodes", type=int, default=200, help="training episodes that policy plays")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     runs = {s: Path(args.runs_dir) / f"seed-{s}" for s in args.seeds}
+    onpolicy = (args.onpolicy_from, args.onpolicy_episodes) if args.onpolicy_from else None
     if not args.summary_only:
         for s, root in runs.items():
-            run_seed(s, root, args.subdir, list(args.arms), list(args.modes), list(args.overrides))
+            run_seed(s, root, args.subdir, list(args.arms), list(args.modes), list(args.overrides), onpolicy)
     records = collect(runs, args.subdir, list(args.arms), list(args.modes))
     if not any(records.values()):
         raise SystemExit(
@@ -292,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     summary = summarise(records)
     summary["recipe"] = {"shared": RECIPE, "arms": {a: ARMS[a] for a in args.arms}, "overrides": args.overrides}
+    if onpolicy is not None:
+        summary["recipe"]["onpolicy_from"] = {"policy": onpolicy[0], "episodes": onpolicy[1]}
     publish(summary, render(summary), args.out_metrics, args.out_report)
     return 0
 

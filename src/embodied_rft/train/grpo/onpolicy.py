@@ -243,6 +243,46 @@ def collect_states(
     return samples, summary
 
 
+def collect_with_model(
+    policy_dir: str | Path,
+    episodes: Sequence[dict],
+    prompt_cfg: PromptConfig,
+    limits: Any,
+    batch_size: int,
+    max_new_tokens: int,
+    seed: int,
+    *,
+    inflight: int = 0,
+    workers: int = 1,
+    fast: bool = True,
+) -> tuple[list[dict], dict[str, Any]]:
+    """:func:`collect_states` with the checkpoint at ``policy_dir`` answering greedily, each episode's next prompt
+    prefilled from its last one; the ``fast`` backend where the checkpoint allows it (its greedy outputs are
+    token-identical to ``hf``'s), ``workers`` processes that each build the policy themselves."""
+    from embodied_rft.evaluate.policy import ModelPolicy, PolicySpec
+    from embodied_rft.generation.base import make_generator
+    from embodied_rft.generation.config import GenerationConfig
+    from embodied_rft.generation.fast import checkpoint_supported
+
+    gen_cfg = GenerationConfig(
+        backend="fast" if fast and checkpoint_supported(policy_dir) else "hf",
+        max_new_tokens=max_new_tokens,
+        batch_size=inflight or batch_size,  # each round's prompts in one generation call
+        prefill_buckets=4,
+        prefix_cache=True,  # an episode's next prompt extends its last one
+        temperature=0.0,
+        seed=seed,
+    )
+    if workers > 1:
+        spec = PolicySpec("model", str(policy_dir), gen_cfg, seed)
+        return collect_states(spec, episodes, prompt_cfg, limits, batch_size, workers=workers, inflight=inflight)
+    gen = make_generator(policy_dir, gen_cfg)
+    try:
+        return collect_states(ModelPolicy(gen), episodes, prompt_cfg, limits, batch_size, inflight=inflight)
+    finally:
+        gen.close()
+
+
 def choose_episodes(path: str | Path, n: int, seed: int) -> list[dict]:
     """``n`` episodes of ``path`` (a fixed-seed sample; all when there are fewer)."""
     eps = [rec for _, rec in iter_jsonl(path)]
@@ -293,6 +333,7 @@ __all__ = [
     "STATE_SUFFIX",
     "choose_episodes",
     "collect_states",
+    "collect_with_model",
     "load_or_collect",
     "mix_prompts",
     "select_states",

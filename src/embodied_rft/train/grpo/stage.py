@@ -16,10 +16,6 @@ from embodied_rft.core.digest import path_identity
 from embodied_rft.data.jsonl import iter_jsonl
 from embodied_rft.data.prompt import PromptConfig
 from embodied_rft.evaluate.config import EpisodeLimits
-from embodied_rft.evaluate.policy import ModelPolicy, PolicySpec
-from embodied_rft.generation.base import make_generator
-from embodied_rft.generation.config import GenerationConfig
-from embodied_rft.generation.fast import checkpoint_supported
 from embodied_rft.regrpo.reward import openrlhf_options
 from embodied_rft.reward import RewardConfig
 from embodied_rft.train.grpo.checkpoint import fingerprint
@@ -27,7 +23,7 @@ from embodied_rft.train.grpo.config import GRPOConfig
 from embodied_rft.train.grpo.driver import run_grpo_local, select_decomposed
 from embodied_rft.train.grpo.onpolicy import (
     choose_episodes,
-    collect_states,
+    collect_with_model,
     load_or_collect,
     mix_prompts,
     select_states,
@@ -140,27 +136,18 @@ def _onpolicy_states(ctx, gcfg: GRPOConfig, policy_dir: str) -> tuple[list[dict]
             import torch
 
             torch.set_num_threads(gcfg.num_threads)
-        # greedy: the fast backend's outputs are token-identical to hf's, so it is used wherever grpo.sampler allows
-        fast = gcfg.sampler != "hf" and checkpoint_supported(policy_dir)
-        gen_cfg = GenerationConfig(
-            backend="fast" if fast else "hf",
-            max_new_tokens=max_new_tokens,
-            batch_size=oc.inflight or oc.batch_size,  # each round's prompts in one generation call
-            prefill_buckets=4,
-            prefix_cache=True,  # an episode's next prompt extends its last one
-            temperature=0.0,
-            seed=gcfg.seed,
-        )
         episodes = choose_episodes(episodes_path, oc.episodes, oc.seed)
-        if oc.workers > 1:  # each worker process builds the policy itself
-            spec = PolicySpec("model", str(policy_dir), gen_cfg, gcfg.seed)
-            return collect_states(
-                spec, episodes, prompt_cfg, limits, oc.batch_size, workers=oc.workers, inflight=oc.inflight
-            )
-        gen = make_generator(policy_dir, gen_cfg)
-        try:
-            return collect_states(ModelPolicy(gen), episodes, prompt_cfg, limits, oc.batch_size, inflight=oc.inflight)
-        finally:
-            gen.close()
+        return collect_with_model(
+            policy_dir,
+            episodes,
+            prompt_cfg,
+            limits,
+            oc.batch_size,
+            max_new_tokens,
+            gcfg.seed,
+            inflight=oc.inflight,
+            workers=oc.workers,
+            fast=gcfg.sampler != "hf",
+        )
 
     return load_or_collect(Path(p.work_dir) / "grpo_states" / "states.jsonl", key, collect)
