@@ -24,13 +24,13 @@ and counted.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..data.decompose import RECOVERY_SUFFIX
 from ..data.jsonl import DataError, iter_jsonl
+from ..schema import read_label
 from ..world.actions import split_action
 from ..world.objects import base_type
 from ..world.simulator import Simulator
@@ -70,9 +70,9 @@ def rot_sample(state: dict, episode: dict, where: str = "state") -> dict | None:
             )
     if res.success:
         raise DataError(f"{where}: the last action of field 'history' executed; expected a failed one")
-    gold = json.loads(state["label"])["gold"]
+    gold, _ = read_label(state["label"], where)
     failed = [int(history[-1]["action_id"]), str(history[-1]["action_name"])]
-    if not gold or [int(gold[0][0]), str(gold[0][1])] == failed:
+    if not gold or list(gold[0]) == failed:
         return None
     g = sim.goal
     held = sim.holding()
@@ -80,12 +80,12 @@ def rot_sample(state: dict, episode: dict, where: str = "state") -> dict | None:
     rot = {
         "error_type": etype,
         "failed_action": failed,
-        "expected": [int(gold[0][0]), str(gold[0][1])],
+        "expected": list(gold[0]),
         "executes": False,
         "feedback": feedback,
         "o_fail": f"{feedback}\n{sim.observe_text()}",
         "source": "simulator",
-        "corrected": [[int(a), str(n)] for a, n in gold],
+        "corrected": [list(p) for p in gold],
         "corrected_source": "planner",
         "goal": {"object": g.object_target, "receptacle": g.parent_target, "lamp": g.toggle_target},
         "held": held.type if held is not None else None,

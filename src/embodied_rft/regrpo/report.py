@@ -9,13 +9,12 @@ mode (``free``, ``regrpo``: ``evaluate.reflection``), the record
 ``metrics/eval.details.json`` of that evaluation (one model in it), and per arm and split the held-out per-step
 reflection counts (``regrpo/steps.py``: ``metrics/steps-<split>.json``), and per SFT arm its answers to the RoT
 engine's near-misses on valid_unseen's episodes (``metrics/heldout-rot-valid_unseen.json``). Output: success, the
-behaviour columns (repeat-after-failure, recovered-next-call: executes / oracle-correct) and the reflection counts per seed and
-pooled (a pooled rate is the pooled numerator over the pooled denominator); each comparison paired on the same
-episodes (exact McNemar per seed and over the pooled discordant counts); the held-out per-step reflection per arm
-and the η pairs' ratio; the SFT arms' repeats and right first actions on the held-out near-misses; and the
-issue's checks. The η check reads the held-out steps after a successful action (the
-calls where a reflection is not needed), not the interactive calls after one: in EB's loop those are starts and
-plan-exhausted calls, silent failures (docs/regrpo.md §7). A symbolic-simulator proxy throughout.
+behaviour columns (repeat-after-failure, recovered-next-call: executes / oracle-correct) and the reflection counts
+per seed and pooled (a pooled rate is the pooled numerator over the pooled denominator); each comparison paired on
+the same episodes (exact McNemar per seed and over the pooled discordant counts); the held-out per-step reflection
+per arm and the η pairs' ratio; the SFT arms' repeats and right first actions on the held-out near-misses; and the
+issue's checks. The η check reads the held-out steps after a successful action (the calls where a reflection is not
+needed), not the interactive calls after one: in EB's loop those are starts and plan-exhausted calls, silent failures (docs/regrpo.md §7). A symbolic-simulator proxy throughout.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..evaluate.aggregate import mcnemar_exact, paired
-from .steps import with_rates
+from .steps import plan_rates, with_rates
 
 # the cold-start SFT arms (tools/regrpo_seeds.py); `bare` (no reflection on the recovery samples at all) is not run
 # by default: the second baseline of the SFT behaviour clauses, beside the plain replanning reasoning
@@ -172,10 +171,7 @@ def _plans_pooled(results: list[dict]) -> dict[str, dict[str, Any]]:
             o = out.setdefault(kind, {"calls": 0, "first_correct": 0, "repeat": 0})
             for k in o:
                 o[k] += d[k]
-    for o in out.values():
-        o["first_correct_rate"] = round(o["first_correct"] / o["calls"], 4)
-        o["repeat_rate"] = round(o["repeat"] / o["calls"], 4)
-    return out
+    return {kind: plan_rates(o) for kind, o in out.items()}
 
 
 def _steps(records: dict[int, dict], seeds: list[int], split: str) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from ..core.atomic import write_json_atomic
 from ..core.digest import file_digest, folder_digests, json_digest
 from ..data.decompose import is_recovery
 from ..data.jsonl import read_jsonl
+from ..schema import read_label
 from .text import last_failed, reflection_span, reflection_tokens
 
 log = logging.getLogger(__name__)
@@ -94,16 +95,21 @@ def plan_tally(kinds: Sequence[str], samples: Sequence[dict], firsts: Sequence[i
     """Per kind: the answers whose plan starts with the label's first action (``first_correct``) and, after a
     failure, those that start with the failed action again (``repeat``), with their rates over the calls."""
     out: dict[str, dict[str, Any]] = {}
-    for k, s, first in zip(kinds, samples, firsts, strict=True):
+    for i, (k, s, first) in enumerate(zip(kinds, samples, firsts, strict=True)):
         d = out.setdefault(k, {"calls": 0, "first_correct": 0, "repeat": 0})
-        gold = json.loads(s["label"])["gold"] if isinstance(s["label"], str) else s["label"]["gold"]
+        gold, _ = read_label(s["label"], f"sample {i}")
         d["calls"] += 1
         d["first_correct"] += first is not None and bool(gold) and first == gold[0][0]
         d["repeat"] += k == "after_failure" and first == s["history"][-1]["action_id"]
-    for d in out.values():
-        d["first_correct_rate"] = round(d["first_correct"] / d["calls"], 4)
-        d["repeat_rate"] = round(d["repeat"] / d["calls"], 4)
-    return {k: out[k] for k in KINDS if k in out}
+    return {k: plan_rates(out[k]) for k in KINDS if k in out}
+
+
+def plan_rates(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` (one kind's ``calls``, ``first_correct``, ``repeat``) with their rates over the calls (per seed here,
+    pooled over seeds in ``regrpo/report.py``)."""
+    d["first_correct_rate"] = round(d["first_correct"] / d["calls"], 4)
+    d["repeat_rate"] = round(d["repeat"] / d["calls"], 4)
+    return d
 
 
 def first_action(response: str) -> int | None:
