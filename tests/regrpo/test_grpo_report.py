@@ -11,7 +11,7 @@ import pytest
 from embodied_rft.data.jsonl import DataError
 from embodied_rft.evaluate.aggregate import mcnemar_exact
 from embodied_rft.regrpo.execute import Executor
-from embodied_rft.regrpo.report import checks, render, summarise
+from embodied_rft.regrpo.report import HELDOUT_ROT, checks, merge, render, summarise
 from embodied_rft.reward import RewardConfig
 from embodied_rft.train.grpo.config import GRPOConfig
 from embodied_rft.train.grpo.driver import config_identity, select_decomposed
@@ -530,3 +530,136 @@ def test_every_sft_arm_answers_held_out_near_misses_and_on_policy_states_reach_e
         "repeat_rate": 0.1,
     }
     assert "| rot | s0, s1 | 20 | 10.0 | 70.0 | 10 | 50.0 |" in render(summ)
+
+
+def _seed_records(s: int) -> dict:
+    """One seed's records, different per seed: paired outcomes, behaviour counts, held-out steps and near-misses."""
+    eps = [f"e{i}" for i in range(10)]
+    plain = {e: i < 3 + s for i, e in enumerate(eps)}
+    rot = {e: 1 <= i < 6 + s for i, e in enumerate(eps)}
+    out = {
+        ("plain", "free"): _record(plain, (40 + s, 100), (20, 100 + s)),
+        ("rot", "free"): _record(rot, (25, 90 + s), (35 + 2 * s, 100)),
+        ("regrpo", "steps:valid_unseen"): _steps({"after_success": (50, 2 + s, 16 + s), "first": (10, s, s)}),
+        ("regrpo_eta0", "steps:valid_unseen"): _steps({"after_success": (50, 40, 400 - 10 * s)}),
+        ("rot", HELDOUT_ROT): _plans(7 - s, 1 + s, 2),
+    }
+    if s != 1:  # an arm run on some seeds only
+        out[("shuffled", "free")] = _record(dict(plain), (38, 100), (22 + s, 100))
+    return out
+
+
+def test_published_summaries_of_disjoint_seeds_merge_into_the_summary_of_all_records():
+    records = {s: _seed_records(s) for s in (0, 1, 2)}
+    whole = summarise(records)
+    # as published: through JSON (int keys become strings), seeds 0-1 in one file, seed 2 in another
+    published = [json.loads(json.dumps(summarise({s: records[s] for s in part}))) for part in ((0, 1), (2,))]
+    merged = merge(published)
+    assert json.loads(json.dumps(merged)) == json.loads(json.dumps(whole))
+    assert render(merged) == render(whole)
+    c = merged["comparisons"]["rot vs plain (free)"]
+    assert c["seeds"] == [0, 1, 2] and c["episodes"] == 30
+    assert (c["only_a"], c["only_b"]) == (3, 9)  # e0 lost on every seed; e3-e5, e4-e6, e5-e7 gained
+    assert c["p_mcnemar_pooled"] == round(mcnemar_exact(3, 9), 6)
+    assert merged["comparisons"]["shuffled vs plain (free)"]["seeds"] == [0, 2]
+    assert merged["arms"]["rot/free"]["repeat_after_failure_rate_pooled"] == round(75 / 273, 4)
+    assert merged["heldout_rot"]["rot"]["pooled"]["after_failure"]["repeat"] == 1 + 2 + 3
+    assert merged["eta"]["regrpo vs regrpo_eta0 (steps, valid_unseen)"]["tokens_per_call"] == [
+        round(1170 / 150, 4),
+        round(51 / 150, 4),
+    ]
+    with pytest.raises(ValueError, match=r"seeds \[2\] are already in an earlier part"):
+        merge([*published, published[1]])
+    with pytest.raises(ValueError, match="not a ReGRPO summary"):
+        merge([published[0], {"label": "seeds", "seeds": [5]}])
+
+
+def test_the_tool_pools_its_seeds_with_a_published_table_of_the_same_recipe_only(tmp_path, monkeypatch):
+    from embodied_rft.tools import regrpo_seeds as rs
+
+    records = {s: _seed_records(s) for s in (0, 1, 2)}
+    monkeypatch.setattr(rs, "collect", lambda runs, *a: {s: records[s] for s in runs})
+    early = tmp_path / "early.json"
+    args = ["--arms", "plain", "rot", "shuffled", "--modes", "free", "--summary-only"]
+    assert (
+        rs.main(["--seeds", "0", "1", *args, "--out-metrics", str(early), "--out-report", str(tmp_path / "e.md")]) == 0
+    )
+    out = tmp_path / "all.json"
+    later = [
+        "--seeds",
+        "2",
+        *args,
+        "--merge",
+        str(early),
+        "--out-metrics",
+        str(out),
+        "--out-report",
+        str(tmp_path / "a.md"),
+    ]
+    assert rs.main(later) == 0
+    pooled = json.loads(out.read_text())
+    assert pooled["seeds"] == [0, 1, 2]
+    assert pooled["comparisons"] == json.loads(json.dumps(summarise(records)["comparisons"]))
+    assert pooled["recipe"] == json.loads(early.read_text())["recipe"]
+    # another recipe (here: another policy's failures in the data) is not pooled
+    with pytest.raises(SystemExit, match="early.json.*recipe"):
+        rs.main([*later, "--onpolicy-from", "regrpo/rot/models/sft"])
+
+
+def test_the_clause_index_names_for_each_clause_the_tables_where_it_holds(tmp_path):
+    from embodied_rft.tools import regrpo_clauses
+
+    plain, rot = _outcomes()
+    engine = {
+        0: {
+            ("plain", "free"): _record(plain, (40, 100), (20, 100)),
+            ("rot", "free"): _record(rot, (38, 100), (24, 100)),
+        }
+    }
+    own = {
+        s: {
+            ("plain", "free"): _record(plain, (40, 100), (20, 100)),
+            ("rot", "free"): _record(rot, (25, 100), (35, 100)),
+            ("shuffled", "free"): _record(dict(plain), (38, 100), (22, 100)),
+        }
+        for s in (0, 1)
+    }
+    metrics, reports = tmp_path / "metrics", tmp_path / "reports"
+    metrics.mkdir()
+    (metrics / "regrpo.json").write_text(json.dumps(summarise(engine)))
+    (metrics / "regrpo_onpolicy.json").write_text(json.dumps(summarise(own)))
+    main = ["--main", str(metrics / "regrpo.json"), "--report", str(reports / "regrpo.md")]
+    assert regrpo_clauses.main(main) == 0
+    index = json.loads((metrics / "regrpo.json").read_text())["clauses"]
+    # engine data: recovered +4, repeat -2 (both fail); own failures: +15, -15, and the control's +2 is under half
+    assert index["sft_recovered"]["holds_in"] == ["regrpo_onpolicy.json"]
+    assert index["sft_repeat"]["holds_in"] == ["regrpo_onpolicy.json"]
+    assert index["sft_success"]["holds_in"] == ["regrpo.json", "regrpo_onpolicy.json"]
+    assert index["sft_control"]["holds_in"] == ["regrpo_onpolicy.json"]  # engine table: no shuffled arm, no check
+    assert index["rl_gain"]["rows"] == [] and index["rl_gain"]["holds_in"] == []  # no RL arms in either table
+    rows = {(r["table"], r["check"]): r for r in index["sft_recovered"]["rows"]}
+    assert rows[("regrpo.json", "rot_recovered_next_call_+10pts")]["figures"] == {"recovered_pts": 4.0}
+    assert rows[("regrpo_onpolicy.json", "rot_recovered_next_call_+10pts")]["seeds"] == [0, 1]
+    text = (reports / "regrpo.md").read_text()
+    assert "| the shuffled control does not reproduce the recovered gain | regrpo_onpolicy.json | " in text
+    assert "Met in: sft_recovered: regrpo_onpolicy.json; sft_repeat: regrpo_onpolicy.json;" in text
+    assert regrpo_clauses.main(main) == 0  # rerun on a main table that already carries an index: the same index
+    assert json.loads((metrics / "regrpo.json").read_text())["clauses"] == index
+    (metrics / "regrpo_bad.json").write_text('{"label": "seeds"}')
+    with pytest.raises(SystemExit, match="regrpo_bad.json: not a table of tools/regrpo_seeds.py"):
+        regrpo_clauses.main(main)
+
+
+def test_the_published_tables_are_what_the_report_code_makes_of_them():
+    from pathlib import Path
+
+    from embodied_rft.regrpo.report import clauses
+
+    root = Path(__file__).resolve().parents[2]
+    tables = {f.name: json.loads(f.read_text()) for f in sorted((root / "metrics").glob("regrpo*.json"))}
+    assert "regrpo.json" in tables and "regrpo_onpolicy.json" in tables
+    for name, t in tables.items():  # each report is its table rendered, each check recomputed from its figures
+        assert (root / "reports" / name.replace(".json", ".md")).read_text() == render(t), name
+        assert checks(t["comparisons"], t["eta"]) == t["checks"], name
+    # the main table's clause index is the one of every table now published (make regrpo-clauses after each table)
+    assert json.loads(json.dumps(clauses(tables))) == tables["regrpo.json"]["clauses"], "run make regrpo-clauses"

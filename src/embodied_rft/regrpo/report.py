@@ -14,7 +14,9 @@ per seed and pooled (a pooled rate is the pooled numerator over the pooled denom
 the same episodes (exact McNemar per seed and over the pooled discordant counts); the held-out per-step reflection
 per arm and the η pairs' ratio; the SFT arms' repeats and right first actions on the held-out near-misses; and the
 issue's checks. The η check reads the held-out steps after a successful action (the calls where a reflection is not
-needed), not the interactive calls after one: in EB's loop those are starts and plan-exhausted calls, silent failures (docs/regrpo.md §7). A symbolic-simulator proxy throughout.
+needed), not the interactive calls after one: in EB's loop those are starts and plan-exhausted calls, silent failures (docs/regrpo.md §7). :func:`merge` pools published summaries of disjoint seeds into the one
+:func:`summarise` gives on all their records; :func:`clauses` lays each of the issue's clauses across the published
+tables (one recipe each). A symbolic-simulator proxy throughout.
 """
 
 from __future__ import annotations
@@ -174,27 +176,25 @@ def _plans_pooled(results: list[dict]) -> dict[str, dict[str, Any]]:
     return {kind: plan_rates(o) for kind, o in out.items()}
 
 
-def _steps(records: dict[int, dict], seeds: list[int], split: str) -> dict[str, Any]:
-    """Per arm measured on ``split``'s held-out steps: the seeds, each seed's and the pooled reflection counts."""
-    key = f"steps:{split}"
-    out: dict[str, Any] = {}
-    for arm in sorted({k[0] for r in records.values() for k in r if k[1] == key}):
-        have = [s for s in seeds if (arm, key) in records[s]]
-        out[arm] = {
-            "seeds": have,
-            "per_seed": {s: records[s][(arm, key)]["kinds"] for s in have},
-            "pooled": _steps_pooled([records[s][(arm, key)] for s in have]),
-        }
-    return out
+def _steps_arm(per_seed: dict[int, dict]) -> dict[str, Any]:
+    """One arm on one split: the seeds measured, each seed's held-out per-step counts and the pooled ones."""
+    seeds = sorted(per_seed)
+    return {
+        "seeds": seeds,
+        "per_seed": {s: per_seed[s] for s in seeds},
+        "pooled": _steps_pooled([{"kinds": per_seed[s]} for s in seeds]),
+    }
 
 
-def _steps_gap(records: dict[int, dict], seeds: list[int], split: str, a: str, b: str) -> dict[str, Any] | None:
-    """Reflection tokens per held-out call after a successful step (and the reflecting share) of arms a and b on
-    ``split``, pooled over the seeds where both were measured; None when there are none."""
-    key = f"steps:{split}"
-    both = [s for s in seeds if (a, key) in records[s] and (b, key) in records[s]]
-    pa = _steps_pooled([records[s][(a, key)] for s in both]).get("after_success")
-    pb = _steps_pooled([records[s][(b, key)] for s in both]).get("after_success")
+def _steps_gap(split_steps: dict[str, Any], a: str, b: str) -> dict[str, Any] | None:
+    """Reflection tokens per held-out call after a successful step (and the reflecting share) of arms a and b on one
+    split (``summary["steps"][split]``), pooled over the seeds where both were measured; None when there are none."""
+    if a not in split_steps or b not in split_steps:
+        return None
+    da, db = split_steps[a]["per_seed"], split_steps[b]["per_seed"]
+    both = [s for s in split_steps[a]["seeds"] if s in db]
+    pa = _steps_pooled([{"kinds": da[s]} for s in both]).get("after_success")
+    pb = _steps_pooled([{"kinds": db[s]} for s in both]).get("after_success")
     if pa is None or pb is None:
         return None
     return {
@@ -204,62 +204,50 @@ def _steps_gap(records: dict[int, dict], seeds: list[int], split: str, a: str, b
     }
 
 
-def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]:
-    """``records[seed][(arm, mode)]`` = eval.details.json, ``records[seed][(arm, "steps:<split>")]`` = the arm's
-    held-out per-step reflection counts on that split (``regrpo/steps.py``) -> the summary (module docstring)."""
-    seeds = sorted(records)
-    steps = {split: st for split in STEP_SPLITS if (st := _steps(records, seeds, split))}
-    keys = sorted({k for r in records.values() for k in r if not k[1].startswith("steps:") and k[1] != HELDOUT_ROT})
-    arms: dict[str, Any] = {}
-    # the seeds an arm has: arms may be run on different seeds (the table names the seed of every figure)
-    rows = {k: [{"seed": s, **arm_row(records[s][k])} for s in seeds if k in records[s]] for k in keys}
-    for (arm, mode), rs in rows.items():
-        arms[f"{arm}/{mode}"] = {
-            "per_seed": [{k: v for k, v in r.items() if k != "success_by_episode"} for r in rs],
-            "success_mean": round(sum(r["success"] for r in rs) / len(rs), 2),
-            **{f"{col}_pooled": _pool_rate(rs, col) for col in RATES},
-            "reflection_tokens_per_call_after_success_pooled": _tokens_after_success(rs),
-        }
-    comparisons: dict[str, Any] = {}
-    for a, b, *modes in COMPARISONS:
-        ka, kb = (a, modes[0]), (b, modes[-1])
-        both = [s for s in seeds if ka in records[s] and kb in records[s]]
-        if not both:
-            continue
-        per = [
-            paired(arm_row(records[s][ka])["success_by_episode"], arm_row(records[s][kb])["success_by_episode"])
-            for s in both
-        ]
-        only_a, only_b = sum(c["only_a"] for c in per), sum(c["only_b"] for c in per)
-        n = sum(c["episodes"] for c in per)
-        ra, rb = [arm_row(records[s][ka]) for s in both], [arm_row(records[s][kb]) for s in both]
-        diff = {}
-        for col in RATES:
-            pa, pb = _pool_rate(ra, col), _pool_rate(rb, col)
-            diff[col] = round(100 * (pb - pa), 2) if pa is not None and pb is not None else None
-        name = f"{b} vs {a} ({modes[0]})" if len(modes) == 1 else f"{b} ({modes[1]}) vs {a} ({modes[0]})"
-        comparisons[name] = {
-            "seeds": both,
-            "success_gap_per_seed": [c["gap"] for c in per],
-            # from the discordant counts at the pooled p's precision (paired() keeps 4 decimals)
-            "p_mcnemar_per_seed": [round(mcnemar_exact(c["only_a"], c["only_b"]), 6) for c in per],
-            "episodes": n,
-            "only_a": only_a,
-            "only_b": only_b,
-            "success_gap_pooled": round(100 * (only_b - only_a) / n, 2) if n else 0.0,
-            "p_mcnemar_pooled": round(mcnemar_exact(only_a, only_b), 6),
-            "behaviour_gap_pts": diff,
-            "reflection_tokens_after_success": [_tokens_after_success(ra), _tokens_after_success(rb)],
-        }
-    near: dict[str, Any] = {}
-    for arm in sorted({k[0] for r in records.values() for k in r if k[1] == HELDOUT_ROT}):
-        have = [s for s in seeds if (arm, HELDOUT_ROT) in records[s]]
-        near[arm] = {"seeds": have, "pooled": _plans_pooled([records[s][(arm, HELDOUT_ROT)] for s in have])}
+def _arm(rows: list[dict]) -> dict[str, Any]:
+    """One arm in one mode from its per-seed rows (:func:`arm_row` with the seed, in seed order)."""
+    return {
+        "per_seed": [{k: v for k, v in r.items() if k != "success_by_episode"} for r in rows],
+        "success_mean": round(sum(r["success"] for r in rows) / len(rows), 2),
+        **{f"{col}_pooled": _pool_rate(rows, col) for col in RATES},
+        "reflection_tokens_per_call_after_success_pooled": _tokens_after_success(rows),
+    }
+
+
+def _comparison_name(a: str, b: str, modes: list[str]) -> str:
+    return f"{b} vs {a} ({modes[0]})" if len(modes) == 1 else f"{b} ({modes[1]}) vs {a} ({modes[0]})"
+
+
+def _compare(per_seed: list[tuple[int, float, float]], counts: tuple[int, int, int], ra: list, rb: list) -> dict:
+    """One comparison: ``per_seed`` (seed, success gap, McNemar p) in seed order, the discordant and total episode
+    counts ``(only_a, only_b, episodes)`` over those seeds, and both arms' rows on them (the behaviour gaps)."""
+    only_a, only_b, n = counts
+    diff = {}
+    for col in RATES:
+        pa, pb = _pool_rate(ra, col), _pool_rate(rb, col)
+        diff[col] = round(100 * (pb - pa), 2) if pa is not None and pb is not None else None
+    return {
+        "seeds": [s for s, _, _ in per_seed],
+        "success_gap_per_seed": [g for _, g, _ in per_seed],
+        # from the discordant counts at the pooled p's precision (paired() keeps 4 decimals)
+        "p_mcnemar_per_seed": [p for _, _, p in per_seed],
+        "episodes": n,
+        "only_a": only_a,
+        "only_b": only_b,
+        "success_gap_pooled": round(100 * (only_b - only_a) / n, 2) if n else 0.0,
+        "p_mcnemar_pooled": round(mcnemar_exact(only_a, only_b), 6),
+        "behaviour_gap_pts": diff,
+        "reflection_tokens_after_success": [_tokens_after_success(ra), _tokens_after_success(rb)],
+    }
+
+
+def _summary(seeds: list[int], arms: dict, steps: dict, near: dict, comparisons: dict[str, Any]) -> dict[str, Any]:
+    """The summary's fields; the η pairs and the checks follow from the rest."""
     eta = {
         f"{b} vs {a} (steps, {split})": g
         for split in STEP_SPLITS
         for a, b in ETA_PAIRS
-        if (g := _steps_gap(records, seeds, split, a, b))
+        if split in steps and (g := _steps_gap(steps[split], a, b))
     }
     return {
         "label": LABEL,
@@ -273,35 +261,187 @@ def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]
     }
 
 
-def checks(c: dict[str, Any], eta: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The issue's thresholds (docs/regrpo.md §7); a check whose runs are missing is left out."""
-    out: dict[str, Any] = {}
+def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]:
+    """``records[seed][(arm, mode)]`` = eval.details.json, ``records[seed][(arm, "steps:<split>")]`` = the arm's
+    held-out per-step reflection counts on that split (``regrpo/steps.py``) -> the summary (module docstring)."""
+    seeds = sorted(records)
+    steps: dict[str, Any] = {}
+    for split in STEP_SPLITS:
+        key = f"steps:{split}"
+        measured = sorted({k[0] for r in records.values() for k in r if k[1] == key})
+        if measured:
+            steps[split] = {
+                a: _steps_arm({s: r[(a, key)]["kinds"] for s, r in records.items() if (a, key) in r}) for a in measured
+            }
+    keys = sorted({k for r in records.values() for k in r if not k[1].startswith("steps:") and k[1] != HELDOUT_ROT})
+    # the seeds an arm has: arms may be run on different seeds (the table names the seed of every figure)
+    rows = {k: [{"seed": s, **arm_row(records[s][k])} for s in seeds if k in records[s]] for k in keys}
+    arms = {f"{arm}/{mode}": _arm(rs) for (arm, mode), rs in rows.items()}
+    comparisons: dict[str, Any] = {}
+    for a, b, *modes in COMPARISONS:
+        ka, kb = (a, modes[0]), (b, modes[-1])
+        both = [s for s in seeds if ka in records[s] and kb in records[s]]
+        if not both:
+            continue
+        ra, rb = [arm_row(records[s][ka]) for s in both], [arm_row(records[s][kb]) for s in both]
+        per = [paired(x["success_by_episode"], y["success_by_episode"]) for x, y in zip(ra, rb, strict=True)]
+        counts = (sum(c["only_a"] for c in per), sum(c["only_b"] for c in per), sum(c["episodes"] for c in per))
+        per_seed = [(s, c["gap"], round(mcnemar_exact(c["only_a"], c["only_b"]), 6)) for s, c in zip(both, per)]
+        comparisons[_comparison_name(a, b, modes)] = _compare(per_seed, counts, ra, rb)
+    near: dict[str, Any] = {}
+    for arm in sorted({k[0] for r in records.values() for k in r if k[1] == HELDOUT_ROT}):
+        have = [s for s in seeds if (arm, HELDOUT_ROT) in records[s]]
+        near[arm] = {"seeds": have, "pooled": _plans_pooled([records[s][(arm, HELDOUT_ROT)] for s in have])}
+    return _summary(seeds, arms, steps, near, comparisons)
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Published summaries of disjoint seeds (each :func:`summarise`'s output, read back from its JSON) -> the summary
+    over all their seeds, the one :func:`summarise` gives on all the records together: every pooled figure is a sum of
+    counts the parts keep (the behaviour and reflection counts per seed, the discordant episodes per comparison, the
+    held-out counts). Lets seeds run on other machines or in other sessions join a table; the caller checks that the
+    parts share one recipe. ValueError when a seed is in two parts or a part is not such a summary."""
+    seen: set[int] = set()
+    for i, p in enumerate(parts):
+        if p.get("label") != LABEL or "comparisons" not in p:
+            raise ValueError(f"part {i} is not a ReGRPO summary (label {p.get('label')!r})")
+        if twice := seen & set(p["seeds"]):
+            raise ValueError(f"part {i}: seeds {sorted(twice)} are already in an earlier part")
+        seen |= set(p["seeds"])
+    arms = {}
+    for key in sorted({k for p in parts for k in p["arms"]}):
+        rows = [r for p in parts for r in (p["arms"].get(key) or {}).get("per_seed", [])]
+        arms[key] = _arm(sorted(rows, key=lambda r: r["seed"]))
+    steps: dict[str, Any] = {}
+    for split in STEP_SPLITS:
+        for p in parts:
+            for arm, d in (p.get("steps") or {}).get(split, {}).items():
+                per = steps.setdefault(split, {}).setdefault(arm, {})
+                per.update({int(s): kinds for s, kinds in d["per_seed"].items()})
+    steps = {split: {arm: _steps_arm(per) for arm, per in sorted(d.items())} for split, d in steps.items()}
+    near: dict[str, Any] = {}
+    for arm in sorted({a for p in parts for a in p.get("heldout_rot") or {}}):
+        have = [p["heldout_rot"][arm] for p in parts if arm in (p.get("heldout_rot") or {})]
+        near[arm] = {
+            "seeds": sorted(s for d in have for s in d["seeds"]),
+            "pooled": _plans_pooled([{"plans": d["pooled"]} for d in have]),
+        }
+    comparisons: dict[str, Any] = {}
+    for a, b, *modes in COMPARISONS:
+        name = _comparison_name(a, b, modes)
+        have = [p["comparisons"][name] for p in parts if name in p["comparisons"]]
+        if not have:
+            continue
+        per_seed = sorted(
+            t for c in have for t in zip(c["seeds"], c["success_gap_per_seed"], c["p_mcnemar_per_seed"], strict=True)
+        )
+        both = {s for s, _, _ in per_seed}
+        ra = [r for r in arms[f"{a}/{modes[0]}"]["per_seed"] if r["seed"] in both]
+        rb = [r for r in arms[f"{b}/{modes[-1]}"]["per_seed"] if r["seed"] in both]
+        counts = (sum(c["only_a"] for c in have), sum(c["only_b"] for c in have), sum(c["episodes"] for c in have))
+        comparisons[name] = _compare(per_seed, counts, ra, rb)
+    return _summary(sorted(seen), arms, steps, near, comparisons)
+
+
+# the issue's clauses (docs/regrpo.md §7), each the checks of :func:`check_rows` that test it
+CLAUSES = {
+    "sft_recovered": "RoT-SFT vs plain recovery SFT: recovered next call +10 points",
+    "sft_repeat": "RoT-SFT vs plain recovery SFT: repeat after failure -10 points",
+    "sft_success": "RoT-SFT vs plain recovery SFT: success not lower by more than 3 points",
+    "sft_control": "the shuffled control does not reproduce the recovered gain",
+    "rl_gain": "ReGRPO vs paper-reward GRPO: success +3 points pooled or recovered +5",
+    "rl_eta": "eta 0.1 vs eta 0: reflection tokens after a successful step at most 20% of eta 0's",
+}
+
+
+def check_rows(c: dict[str, Any], eta: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The issue's thresholds (docs/regrpo.md §7) on a summary's comparisons and η pairs, one row per check: its key,
+    the clause it tests (:data:`CLAUSES`), whether it holds, and the comparison and figures it reads. A check whose
+    runs are missing is left out."""
+    out: list[dict[str, Any]] = []
+
+    def row(key: str, clause: str, holds: bool | None, source: str, **figures: Any) -> None:
+        out.append({"check": key, "clause": clause, "holds": holds, "from": source, "figures": figures})
+
     # (suffix, baseline, key tag): the SFT budget of the recipe and the arms given a second cycle of it against the
     # plain replanning reasoning, and the recipe's budget against no reflection at all (`bare`)
     for x, base, tag in (("", "plain", ""), ("_x2", "plain", ""), ("", "bare", "_vs_bare")):
-        rot, sh = c.get(f"rot{x} vs {base}{x} (free)"), c.get(f"shuffled{x} vs {base}{x} (free)")
+        rot_name, sh_name = f"rot{x} vs {base}{x} (free)", f"shuffled{x} vs {base}{x} (free)"
+        rot, sh = c.get(rot_name), c.get(sh_name)
         if rot:
             g = rot["behaviour_gap_pts"]
-            out[f"rot{x}{tag}_recovered_next_call_+10pts"] = (g["recovered_next_call_rate"] or 0) >= 10
-            out[f"rot{x}{tag}_repeat_after_failure_-10pts"] = (g["repeat_after_failure_rate"] or 0) <= -10
-            out[f"rot{x}{tag}_success_not_lower_than_3pts"] = rot["success_gap_pooled"] >= -3
+            rec, rep = g["recovered_next_call_rate"] or 0, g["repeat_after_failure_rate"] or 0
+            gap, p = rot["success_gap_pooled"], rot.get("p_mcnemar_pooled")
+            row(f"rot{x}{tag}_recovered_next_call_+10pts", "sft_recovered", rec >= 10, rot_name, recovered_pts=rec)
+            row(f"rot{x}{tag}_repeat_after_failure_-10pts", "sft_repeat", rep <= -10, rot_name, repeat_pts=rep)
+            row(f"rot{x}{tag}_success_not_lower_than_3pts", "sft_success", gap >= -3, rot_name, success_pts=gap, p=p)
         if rot and sh:
             gr = rot["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
             gs = sh["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
-            out[f"shuffled{x}{tag}_does_not_reproduce_the_gain"] = gr > 0 and gs < 0.5 * gr
+            holds = gr > 0 and gs < 0.5 * gr
+            key = f"shuffled{x}{tag}_does_not_reproduce_the_gain"
+            row(key, "sft_control", holds, f"{sh_name}; {rot_name}", recovered_pts=[gs, gr])
     # sampled groups (the paper's), constructed members (the code's); the η check's no-KL recipe against the paper
     # reward on its prompts, from its start
     for arm, paper in RL_PAIRS:
-        rl = c.get(f"{arm} vs {paper} (regrpo)")
-        if rl:
-            rec = rl["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
-            out[f"{arm}_success_+3pts_or_recovery_+5pts"] = rl["success_gap_pooled"] >= 3 or rec >= 5
+        name = f"{arm} vs {paper} (regrpo)"
+        if rl := c.get(name):
+            rec, gap = rl["behaviour_gap_pts"]["recovered_next_call_rate"] or 0, rl["success_gap_pooled"]
+            holds = gap >= 3 or rec >= 5
+            key = f"{arm}_success_+3pts_or_recovery_+5pts"
+            row(key, "rl_gain", holds, name, success_pts=gap, p=rl.get("p_mcnemar_pooled"), recovered_pts=rec)
     for a, b in ETA_PAIRS:  # on the held-out per-step calls after a successful action (regrpo/steps.py)
-        g = (eta or {}).get(f"{b} vs {a} (steps, valid_unseen)")  # the report's split, as every check here
-        if g:
+        name = f"{b} vs {a} (steps, valid_unseen)"  # the report's split, as every check here
+        if g := (eta or {}).get(name):
             t0, t1 = g["tokens_per_call"]
-            out[f"{b}_eta_reflection_tokens_after_success_<=20pct_of_eta0"] = None if not t0 else t1 <= 0.2 * t0
+            key = f"{b}_eta_reflection_tokens_after_success_<=20pct_of_eta0"
+            row(key, "rl_eta", None if not t0 else t1 <= 0.2 * t0, name, tokens_per_call=[t0, t1])
     return out
+
+
+def checks(c: dict[str, Any], eta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The issue's thresholds (docs/regrpo.md §7) as ``{check: holds}``; a check whose runs are missing is left out."""
+    return {r["check"]: r["holds"] for r in check_rows(c, eta)}
+
+
+def clauses(tables: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each of the issue's clauses across published tables (``{name: summary}``, e.g. the files of
+    ``metrics/regrpo*.json``: one recipe each, see its ``recipe``): every check that tests it, per table, with its
+    seeds, figures and whether it holds, and the tables where it holds."""
+    out: dict[str, Any] = {k: {"clause": text, "rows": [], "holds_in": []} for k, text in CLAUSES.items()}
+    for name, summary in tables.items():
+        for r in check_rows(summary.get("comparisons") or {}, summary.get("eta")):
+            src = r["from"].split("; ")[-1]
+            seeds = (summary["comparisons"].get(src) or summary["eta"].get(src) or {}).get("seeds")
+            out[r["clause"]]["rows"].append({"table": name, "seeds": seeds, **r})
+            if r["holds"] and name not in out[r["clause"]]["holds_in"]:
+                out[r["clause"]]["holds_in"].append(name)
+    return out
+
+
+def render_clauses(index: dict[str, Any]) -> str:
+    """The clause index as Markdown: one row per check and table."""
+
+    def figs(f: dict[str, Any]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in f.items())
+
+    lines = [
+        "## The issue's clauses across the published tables",
+        "",
+        "Each published table is one recipe (its `recipe` in the JSON; docs/regrpo.md §7-8). Per clause, every check "
+        "that tests it in every table, the seeds it pools, its figures (points, pooled; p: exact McNemar) and whether "
+        "it holds.",
+        "",
+        "| clause | table | check | seeds | figures | holds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for d in index.values():
+        for r in d["rows"]:
+            seeds = ", ".join(f"s{s}" for s in r["seeds"] or [])
+            holds = "–" if r["holds"] is None else ("yes" if r["holds"] else "no")
+            lines.append(f"| {d['clause']} | {r['table']} | {r['check']} | {seeds} | {figs(r['figures'])} | {holds} |")
+    lines += ["", "Met in: " + "; ".join(f"{k}: {', '.join(d['holds_in']) or 'none'}" for k, d in index.items())]
+    return "\n".join(lines) + "\n"
 
 
 def _p(p: float) -> str:
@@ -395,7 +535,8 @@ def render(summary: dict[str, Any]) -> str:
         lines.append(f"\n{k} over {seeds}: {t1:.2f} vs {t0:.2f} reflection tokens per call after success ({share}).")
     lines += ["", "| check | holds |", "|---|---|"]
     lines += [f"| {k} | {'–' if v is None else ('yes' if v else 'no')} |" for k, v in summary["checks"].items()]
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    return text + "\n" + render_clauses(summary["clauses"]) if summary.get("clauses") else text
 
 
 __all__ = [
@@ -408,7 +549,12 @@ __all__ = [
     "SFT_ARMS",
     "STEP_SPLITS",
     "arm_row",
+    "CLAUSES",
+    "check_rows",
     "checks",
+    "clauses",
+    "merge",
+    "render_clauses",
     "render",
     "summarise",
 ]

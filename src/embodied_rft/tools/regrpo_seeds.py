@@ -30,7 +30,9 @@ through the same entry points DVC calls (``python -m stages.<name>``):
 A stage is skipped when its metrics exist with unchanged parameters (``tools/seeds.py``'s stamps), and every stage
 resumes on its own (SFT and GRPO checkpoints, the evaluation's result store), so an interrupted run picks up where
 it stopped. Then it reads every evaluation and writes ``metrics/regrpo.json`` and ``reports/regrpo.md``
-(:mod:`embodied_rft.regrpo.report`). Recipe overrides are :data:`RECIPE` and :data:`ARMS` below; anything after
+(:mod:`embodied_rft.regrpo.report`); ``--merge <published table>`` pools these seeds with the seeds of a table this
+tool published earlier with the same recipe (seeds run in another session or on another machine, whose runs are not
+here: every pooled figure is a sum of counts the table keeps). Recipe overrides are :data:`RECIPE` and :data:`ARMS` below; anything after
 ``--`` is added to every stage (``-- evaluate.splits=[valid_seen] --subdir regrpo-valid_seen`` chooses on valid_seen).
 """
 
@@ -49,6 +51,7 @@ from embodied_rft.regrpo.report import (
     RL_STARTS,
     SFT_ARMS,
     STEP_SPLITS,
+    merge,
     render,
     summarise,
 )
@@ -340,6 +343,14 @@ def main(argv: list[str] | None = None) -> int:
         "episodes join every arm's data as RoT samples (regrpo/onpolicy.py)",
     )
     ap.add_argument("--onpolicy-episodes", type=int, default=200, help="training episodes that policy plays")
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        default=[],
+        metavar="JSON",
+        help="published tables of this tool (e.g. metrics/regrpo_onpolicy.json) over other seeds with the same recipe: "
+        "their seeds are pooled with these (regrpo/report.py merge), so seeds run in another session join the table",
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     runs = {s: Path(args.runs_dir) / f"seed-{s}" for s in args.seeds}
@@ -352,10 +363,22 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(
             f"no ReGRPO evaluations under {args.runs_dir}/seed-*/{args.subdir} (run without --summary-only)"
         )
-    summary = summarise(records)
-    summary["recipe"] = {"shared": RECIPE, "arms": {a: ARMS[a] for a in args.arms}, "overrides": args.overrides}
+    recipe: dict = {"shared": RECIPE, "arms": {a: ARMS[a] for a in args.arms}, "overrides": args.overrides}
     if onpolicy is not None:
-        summary["recipe"]["onpolicy_from"] = {"policy": onpolicy[0], "episodes": onpolicy[1]}
+        recipe["onpolicy_from"] = {"policy": onpolicy[0], "episodes": onpolicy[1]}
+    summary = summarise({s: r for s, r in records.items() if r})
+    if args.merge:
+        parts = [summary]
+        for f in args.merge:
+            pub = json.loads(Path(f).read_text("utf-8"))
+            if pub.get("recipe") != recipe:
+                raise SystemExit(f"{f}: its recipe {pub.get('recipe')} is not this run's {recipe}; not pooled")
+            parts.append(pub)
+        try:
+            summary = merge(parts)
+        except ValueError as e:
+            raise SystemExit(f"--merge {' '.join(args.merge)}: {e}") from None
+    summary["recipe"] = recipe
     publish(summary, render(summary), args.out_metrics, args.out_report)
     return 0
 
