@@ -56,42 +56,33 @@ bon-seeds: $(STAMP) $(SMOLLM2_STAMP) params ## VeGAS on every seed in SEEDS (run
 
 regrpo-seeds: $(STAMP) params ## ReGRPO (docs/regrpo.md) on every seed in SEEDS under runs/seed-N/regrpo: RoT-SFT vs plain recovery vs shuffled control, ReGRPO vs paper-reward GRPO, eta 0.1 vs 0; then metrics/regrpo.json, reports/regrpo.md
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS)
-	$(PY) -m embodied_rft.tools.regrpo_clauses
 
 regrpo-sft: $(STAMP) params ## ReGRPO's cold-start SFT arms only (plain, rot, shuffled) per seed in SEEDS, then the table
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms plain rot shuffled
-	$(PY) -m embodied_rft.tools.regrpo_clauses
 
 regrpo-grpo: $(STAMP) params ## ReGRPO's RL arms only (paper reward, regrpo, regrpo eta=0; from the rot SFT arm) per seed in SEEDS, then the table
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms paper regrpo regrpo_eta0
-	$(PY) -m embodied_rft.tools.regrpo_clauses
 
 regrpo-twins: $(STAMP) params ## ReGRPO's eta pair from the second-cycle RoT policy, every arm on data with the silent twins (docs/regrpo.md §2), per seed in SEEDS under runs/seed-N/regrpo-twins; then metrics/regrpo_twins.json, reports/regrpo_twins.md
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --subdir regrpo-twins --arms rot_x2 regrpo_steps_kept_x2 regrpo_steps_eta0_x2 --modes regrpo --out-metrics metrics/regrpo_twins.json --out-report reports/regrpo_twins.md -- decompose.rot.silent_twins=true
-	$(PY) -m embodied_rft.tools.regrpo_clauses
 
 regrpo-nokl: $(STAMP) params ## ReGRPO's eta pair and the paper reward on its prompts, from the second-cycle RoT policy without the KL to the reference (grpo.kl_coef=0), per seed in SEEDS under runs/seed-N/regrpo; then metrics/regrpo_nokl.json, reports/regrpo_nokl.md
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms rot_x2 paper_steps_x2_nokl regrpo_steps_kept_x2_nokl regrpo_steps_eta0_x2_nokl --modes regrpo --out-metrics metrics/regrpo_nokl.json --out-report reports/regrpo_nokl.md
-	$(PY) -m embodied_rft.tools.regrpo_clauses
 
 regrpo-bare: $(STAMP) params ## ReGRPO's cold-start SFT arms with a second baseline, no reflection at all on the recovery samples (bare), per seed in SEEDS; then metrics/regrpo_bare.json, reports/regrpo_bare.md
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms plain rot shuffled bare --modes free --out-metrics metrics/regrpo_bare.json --out-report reports/regrpo_bare.md
-	$(PY) -m embodied_rft.tools.regrpo_clauses
 
 regrpo-onpolicy: $(STAMP) params ## ReGRPO's cold-start SFT arms with the plain arm's own failures in training episodes added as RoT samples (docs/regrpo.md §2), per seed in SEEDS under runs/seed-N/regrpo-onpolicy (trains the plain arm under runs/seed-N/regrpo first if missing); then metrics/regrpo_onpolicy.json, reports/regrpo_onpolicy.md, pooled with the seeds of the published table MERGE names if set
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms plain --modes free --out-metrics runs/regrpo_onpolicy_start.json --out-report runs/regrpo_onpolicy_start.md
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --subdir regrpo-onpolicy --arms plain rot shuffled --modes free --onpolicy-from regrpo/plain/models/sft $(if $(MERGE),--merge $(MERGE)) --out-metrics metrics/regrpo_onpolicy.json --out-report reports/regrpo_onpolicy.md
-	$(PY) -m embodied_rft.tools.regrpo_clauses
 
 regrpo-trigger: $(STAMP) params ## ReGRPO's plain and RoT SFT arms answering freely and under ReGRPO's inference trigger, per seed in SEEDS; then metrics/regrpo_trigger.json, reports/regrpo_trigger.md
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms plain rot --modes free regrpo --out-metrics metrics/regrpo_trigger.json --out-report reports/regrpo_trigger.md
-	$(PY) -m embodied_rft.tools.regrpo_clauses
 
 regrpo-report: $(STAMP) ## the ReGRPO table from the finished runs/seed-N/regrpo evaluations (runs nothing)
 	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --summary-only
-	$(PY) -m embodied_rft.tools.regrpo_clauses
 
-regrpo-clauses: $(STAMP) ## the issue's ReGRPO clauses across every published metrics/regrpo*.json, into metrics/regrpo.json and reports/regrpo.md (reads published tables only)
+regrpo-clauses: $(STAMP) ## the issue's ReGRPO clauses across every published metrics/regrpo*.json, into metrics/regrpo.json and reports/regrpo.md (reads published tables only; every table regrpo_seeds publishes refreshes it too)
 	$(PY) -m embodied_rft.tools.regrpo_clauses
 
 results: $(STAMP) ## write the README's results table from metrics/ (--check in the tests)

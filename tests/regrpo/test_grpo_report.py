@@ -604,6 +604,21 @@ def test_the_tool_pools_its_seeds_with_a_published_table_of_the_same_recipe_only
     # another recipe (here: another policy's failures in the data) is not pooled
     with pytest.raises(SystemExit, match="early.json.*recipe"):
         rs.main([*later, "--onpolicy-from", "regrpo/rot/models/sft"])
+    with pytest.raises(SystemExit, match="e.md: cannot read a published table: Expecting value: line 1"):
+        rs.main([*later[:-6], "--merge", str(tmp_path / "e.md"), *later[-4:]])
+    # a table published beside the main one (regrpo.json) refreshes the main table's clause index and report
+    plain, rot = _outcomes()
+    engine = {
+        ("plain", "free"): _record(plain, (40, 100), (20, 100)),
+        ("rot", "free"): _record(rot, (38, 100), (24, 100)),
+    }
+    (tmp_path / "regrpo.json").write_text(json.dumps(summarise({0: engine})))
+    own = ["--seeds", "0", "1", "2", *args, "--out-metrics", str(tmp_path / "regrpo_own.json")]
+    assert rs.main([*own, "--out-report", str(tmp_path / "own.md")]) == 0
+    index = json.loads((tmp_path / "regrpo.json").read_text())["clauses"]
+    assert index["sft_recovered"]["holds_in"] == ["regrpo_own.json"]  # 37.0% vs 19.8% recovered: +17.2 points
+    assert [r["seeds"] for r in index["sft_recovered"]["rows"]] == [[0], [0, 1, 2]]
+    assert "| regrpo_own.json | rot_recovered_next_call_+10pts | s0, s1, s2 |" in (tmp_path / "regrpo.md").read_text()
 
 
 def test_the_clause_index_names_for_each_clause_the_tables_where_it_holds(tmp_path):

@@ -21,6 +21,8 @@ tables (one recipe each). A symbolic-simulator proxy throughout.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from ..evaluate.aggregate import mcnemar_exact, paired
@@ -295,6 +297,24 @@ def summarise(records: dict[int, dict[tuple[str, str], dict]]) -> dict[str, Any]
     return _summary(seeds, arms, steps, near, comparisons)
 
 
+def _is_table(t: Any) -> bool:
+    return isinstance(t, dict) and t.get("label") == LABEL and "comparisons" in t
+
+
+def read_table(path: str | Path) -> dict[str, Any]:
+    """A table ``tools/regrpo_seeds.py`` published (``metrics/regrpo*.json``); ValueError naming the file when it
+    cannot be read or is not one."""
+    try:
+        t = json.loads(Path(path).read_text("utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: cannot read a published table: {e}") from None
+    if not _is_table(t):
+        raise ValueError(
+            f"{path}: not a table of tools/regrpo_seeds.py (label {t.get('label') if isinstance(t, dict) else None!r})"
+        )
+    return t
+
+
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """Published summaries of disjoint seeds (each :func:`summarise`'s output, read back from its JSON) -> the summary
     over all their seeds, the one :func:`summarise` gives on all the records together: every pooled figure is a sum of
@@ -303,7 +323,7 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     parts share one recipe. ValueError when a seed is in two parts or a part is not such a summary."""
     seen: set[int] = set()
     for i, p in enumerate(parts):
-        if p.get("label") != LABEL or "comparisons" not in p:
+        if not _is_table(p):
             raise ValueError(f"part {i} is not a ReGRPO summary (label {p.get('label')!r})")
         if twice := seen & set(p["seeds"]):
             raise ValueError(f"part {i}: seeds {sorted(twice)} are already in an earlier part")
@@ -360,8 +380,17 @@ def check_rows(c: dict[str, Any], eta: dict[str, Any] | None = None) -> list[dic
     runs are missing is left out."""
     out: list[dict[str, Any]] = []
 
-    def row(key: str, clause: str, holds: bool | None, source: str, **figures: Any) -> None:
-        out.append({"check": key, "clause": clause, "holds": holds, "from": source, "figures": figures})
+    def row(key: str, clause: str, holds: bool | None, source: str, read: dict, **figures: Any) -> None:
+        out.append(
+            {
+                "check": key,
+                "clause": clause,
+                "holds": holds,
+                "from": source,
+                "seeds": read.get("seeds"),
+                "figures": figures,
+            }
+        )
 
     # (suffix, baseline, key tag): the SFT budget of the recipe and the arms given a second cycle of it against the
     # plain replanning reasoning, and the recipe's budget against no reflection at all (`bare`)
@@ -372,15 +401,23 @@ def check_rows(c: dict[str, Any], eta: dict[str, Any] | None = None) -> list[dic
             g = rot["behaviour_gap_pts"]
             rec, rep = g["recovered_next_call_rate"] or 0, g["repeat_after_failure_rate"] or 0
             gap, p = rot["success_gap_pooled"], rot.get("p_mcnemar_pooled")
-            row(f"rot{x}{tag}_recovered_next_call_+10pts", "sft_recovered", rec >= 10, rot_name, recovered_pts=rec)
-            row(f"rot{x}{tag}_repeat_after_failure_-10pts", "sft_repeat", rep <= -10, rot_name, repeat_pts=rep)
-            row(f"rot{x}{tag}_success_not_lower_than_3pts", "sft_success", gap >= -3, rot_name, success_pts=gap, p=p)
+            row(f"rot{x}{tag}_recovered_next_call_+10pts", "sft_recovered", rec >= 10, rot_name, rot, recovered_pts=rec)
+            row(f"rot{x}{tag}_repeat_after_failure_-10pts", "sft_repeat", rep <= -10, rot_name, rot, repeat_pts=rep)
+            row(
+                f"rot{x}{tag}_success_not_lower_than_3pts",
+                "sft_success",
+                gap >= -3,
+                rot_name,
+                rot,
+                success_pts=gap,
+                p=p,
+            )
         if rot and sh:
             gr = rot["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
             gs = sh["behaviour_gap_pts"]["recovered_next_call_rate"] or 0
             holds = gr > 0 and gs < 0.5 * gr
             key = f"shuffled{x}{tag}_does_not_reproduce_the_gain"
-            row(key, "sft_control", holds, f"{sh_name}; {rot_name}", recovered_pts=[gs, gr])
+            row(key, "sft_control", holds, f"{sh_name}; {rot_name}", rot, recovered_pts=[gs, gr])
     # sampled groups (the paper's), constructed members (the code's); the η check's no-KL recipe against the paper
     # reward on its prompts, from its start
     for arm, paper in RL_PAIRS:
@@ -389,13 +426,13 @@ def check_rows(c: dict[str, Any], eta: dict[str, Any] | None = None) -> list[dic
             rec, gap = rl["behaviour_gap_pts"]["recovered_next_call_rate"] or 0, rl["success_gap_pooled"]
             holds = gap >= 3 or rec >= 5
             key = f"{arm}_success_+3pts_or_recovery_+5pts"
-            row(key, "rl_gain", holds, name, success_pts=gap, p=rl.get("p_mcnemar_pooled"), recovered_pts=rec)
+            row(key, "rl_gain", holds, name, rl, success_pts=gap, p=rl.get("p_mcnemar_pooled"), recovered_pts=rec)
     for a, b in ETA_PAIRS:  # on the held-out per-step calls after a successful action (regrpo/steps.py)
         name = f"{b} vs {a} (steps, valid_unseen)"  # the report's split, as every check here
         if g := (eta or {}).get(name):
             t0, t1 = g["tokens_per_call"]
             key = f"{b}_eta_reflection_tokens_after_success_<=20pct_of_eta0"
-            row(key, "rl_eta", None if not t0 else t1 <= 0.2 * t0, name, tokens_per_call=[t0, t1])
+            row(key, "rl_eta", None if not t0 else t1 <= 0.2 * t0, name, g, tokens_per_call=[t0, t1])
     return out
 
 
@@ -411,9 +448,7 @@ def clauses(tables: dict[str, dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {k: {"clause": text, "rows": [], "holds_in": []} for k, text in CLAUSES.items()}
     for name, summary in tables.items():
         for r in check_rows(summary.get("comparisons") or {}, summary.get("eta")):
-            src = r["from"].split("; ")[-1]
-            seeds = (summary["comparisons"].get(src) or summary["eta"].get(src) or {}).get("seeds")
-            out[r["clause"]]["rows"].append({"table": name, "seeds": seeds, **r})
+            out[r["clause"]]["rows"].append({"table": name, **r})
             if r["holds"] and name not in out[r["clause"]]["holds_in"]:
                 out[r["clause"]]["holds_in"].append(name)
     return out
@@ -554,6 +589,7 @@ __all__ = [
     "checks",
     "clauses",
     "merge",
+    "read_table",
     "render_clauses",
     "render",
     "summarise",

@@ -32,7 +32,8 @@ resumes on its own (SFT and GRPO checkpoints, the evaluation's result store), so
 it stopped. Then it reads every evaluation and writes ``metrics/regrpo.json`` and ``reports/regrpo.md``
 (:mod:`embodied_rft.regrpo.report`); ``--merge <published table>`` pools these seeds with the seeds of a table this
 tool published earlier with the same recipe (seeds run in another session or on another machine, whose runs are not
-here: every pooled figure is a sum of counts the table keeps). Recipe overrides are :data:`RECIPE` and :data:`ARMS` below; anything after
+here: every pooled figure is a sum of counts the table keeps). A table published beside ``metrics/regrpo.json``
+refreshes that table's clause index (``tools/regrpo_clauses.py``). Recipe overrides are :data:`RECIPE` and :data:`ARMS` below; anything after
 ``--`` is added to every stage (``-- evaluate.splits=[valid_seen] --subdir regrpo-valid_seen`` chooses on valid_seen).
 """
 
@@ -52,9 +53,11 @@ from embodied_rft.regrpo.report import (
     SFT_ARMS,
     STEP_SPLITS,
     merge,
+    read_table,
     render,
     summarise,
 )
+from embodied_rft.tools.regrpo_clauses import refresh
 from embodied_rft.tools.seeds import _conf_paths, _run, _run_stage, path_overrides, publish, seed_parser
 
 log = logging.getLogger(__name__)
@@ -367,19 +370,23 @@ def main(argv: list[str] | None = None) -> int:
     if onpolicy is not None:
         recipe["onpolicy_from"] = {"policy": onpolicy[0], "episodes": onpolicy[1]}
     summary = summarise({s: r for s, r in records.items() if r})
-    if args.merge:
-        parts = [summary]
-        for f in args.merge:
-            pub = json.loads(Path(f).read_text("utf-8"))
-            if pub.get("recipe") != recipe:
-                raise SystemExit(f"{f}: its recipe {pub.get('recipe')} is not this run's {recipe}; not pooled")
-            parts.append(pub)
-        try:
+    try:
+        if args.merge:
+            parts = [summary]
+            for f in args.merge:
+                pub = read_table(f)
+                if pub.get("recipe") != recipe:
+                    raise SystemExit(f"{f}: its recipe {pub.get('recipe')} is not this run's {recipe}; not pooled")
+                parts.append(pub)
             summary = merge(parts)
-        except ValueError as e:
-            raise SystemExit(f"--merge {' '.join(args.merge)}: {e}") from None
-    summary["recipe"] = recipe
-    publish(summary, render(summary), args.out_metrics, args.out_report)
+        summary["recipe"] = recipe
+        publish(summary, render(summary), args.out_metrics, args.out_report)
+        # the clause index of the main table beside this one (metrics/regrpo.json) follows every table published
+        main_table = Path(args.out_metrics).with_name("regrpo.json")
+        if main_table.exists():
+            refresh(main_table, Path(args.out_report).with_name("regrpo.md"))
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     return 0
 
 
