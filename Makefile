@@ -131,13 +131,13 @@ PORT ?= 8000
 serve: $(STAMP) ## serve MODEL (default models/grpo) as an OpenAI-compatible API on HOST:PORT (127.0.0.1:8000); TOKEN_ENV=VAR enables a bearer token
 	$(PY) -m embodied_rft.tools.serve --model $(MODEL) --host $(HOST) --port $(PORT) $(if $(TOKEN_ENV),--token-env $(TOKEN_ENV),)
 
-POLICY ?= models/sft
 OVERRIDES ?=
-grpo-cluster: $(STAMP) ## submit GRPO as an OpenRLHF Ray job to the running cluster (RAY_ADDRESS; POLICY = path on the shared FS; OVERRIDES = Hydra overrides, composed with grpo=openrlhf as the stage would)
-	$(PY) -m embodied_rft.train.openrlhf.job --policy $(POLICY) $(OVERRIDES)
+CLUSTER_OVERRIDES = $(if $(filter experiment=%,$(OVERRIDES)),,experiment=paper_qwen25vl_7b) $(OVERRIDES)
+grpo-cluster: $(STAMP) ## the grpo stage as an OpenRLHF Ray job on the running cluster (RAY_ADDRESS), writing models/grpo and its metrics; OVERRIDES = Hydra overrides (default preset: experiment=paper_qwen25vl_7b)
+	$(PY) -m stages.grpo grpo=openrlhf $(CLUSTER_OVERRIDES)
 
-grpo-cluster-dry: $(STAMP) ## print the `ray job submit ... openrlhf.cli.train_ppo_ray ...` command without running it
-	$(PY) -m embodied_rft.train.openrlhf.job --policy $(POLICY) --dry-run $(OVERRIDES)
+grpo-cluster-dry: $(STAMP) ## print the `ray job submit ... openrlhf.cli.train_ppo_ray ...` command the grpo stage would run (the paper preset unless OVERRIDES names an experiment; nothing runs)
+	$(PY) -m embodied_rft.train.openrlhf.dry_run $(OVERRIDES)
 
 sweep-filter: $(STAMP) ## GRPO with the online filter on vs off (Hydra multirun from models/sft), then a table
 	$(PY) -m stages.grpo -m grpo.filter.enabled=true,false hydra.sweep.dir=multirun/sweep-filter

@@ -5,7 +5,8 @@ Run by hand, a stage composes ``conf/`` (Hydra overrides and ``-m`` multirun wor
 the stage). ``version_base="1.3"``: Hydra does not change the working directory.
 
 A bad setting or a bad input file ends the stage with one line on stderr (the dotted key or file:line and what
-to change) and exit status 2, not a traceback; ``HYDRA_FULL_ERROR=1`` shows the traceback. A mistyped override
+to change) and exit status 2, not a traceback, as does a failed job outside the stage (``StageFailed``: which job,
+its error, the outputs left unchanged); ``HYDRA_FULL_ERROR=1`` shows the traceback. A mistyped override
 (``sft.max_step=3``) is caught before Hydra, whose own advice for it (append with ``+``) would mislead.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import hydra
 
-from embodied_rft.config import ConfigError
+from embodied_rft.config import ConfigError, StageFailed
 from embodied_rft.data.jsonl import DataError
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -91,7 +92,7 @@ def stage_main(fn):
     def task(cfg) -> None:
         try:
             fn(cfg)
-        except (ConfigError, DataError) as exc:
+        except (ConfigError, DataError, StageFailed) as exc:
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
             _fail(str(exc))

@@ -8,8 +8,6 @@ dvc.lock, a second `dvc repro` does nothing, and `dvc exp run -S` reaches a stag
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,18 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.clones import tree_digest, working_tree_clone
+
 MICRO = ["experiment=micro"]
-
-
-def _digest(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    for f in sorted(path.rglob("*")) if path.is_dir() else [path]:
-        if f.is_file():
-            h.update(f.relative_to(path).as_posix().encode() if path.is_dir() else b"")
-            h.update(f.read_bytes())
-    return h.hexdigest()
 
 
 def _run(cmd: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
@@ -39,24 +28,8 @@ def _run(cmd: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_micro_pipeline_runs_end_to_end_and_is_cached(tmp_path, repo_root):
-    if shutil.which("git") is None:
-        pytest.skip("git is needed to clone the repository")
     clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", str(repo_root), str(clone)], check=True)
-    for tracked in ("conf", "stages", "src", "dvc.yaml", "params.yaml"):  # test the working tree, not only HEAD
-        src, dst = repo_root / tracked, clone / tracked
-        if src.is_dir():
-            shutil.rmtree(dst, ignore_errors=True)
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        else:
-            shutil.copy2(src, dst)
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "WANDB_MODE": "disabled",
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": str(clone / "src"),
-    }
+    env = working_tree_clone(repo_root, clone)
     _run([sys.executable, "-m", "embodied_rft.params", *MICRO], clone, env)
     r = _run([sys.executable, "-m", "dvc", "repro"], clone, env)
     for stage in ("prepare", "decompose", "distill", "base", "sft", "grpo", "evaluate"):
@@ -72,7 +45,9 @@ def test_micro_pipeline_runs_end_to_end_and_is_cached(tmp_path, repo_root):
     assert "Data and pipelines are up to date" in _run([sys.executable, "-m", "dvc", "repro"], clone, env).stdout
     # a bad value hand-edited into params.yaml: the stage refuses it and every output stays where it was
     # (outputs are persist: DVC does not delete them before the stage runs)
-    before = {p: _digest(clone / p) for p in ("models/sft", "metrics/sft.json", "plots/sft_loss.csv", "models/grpo")}
+    before = {
+        p: tree_digest(clone / p) for p in ("models/sft", "metrics/sft.json", "plots/sft_loss.csv", "models/grpo")
+    }
     good = (clone / "params.yaml").read_text()
     params = yaml.safe_load(good)
     params["sft"]["lr"] = -1.0
@@ -86,7 +61,7 @@ def test_micro_pipeline_runs_end_to_end_and_is_cached(tmp_path, repo_root):
         timeout=600,
     )
     assert bad.returncode != 0 and "sft.lr: must be > 0" in bad.stdout + bad.stderr
-    assert {p: _digest(clone / p) for p in before} == before
+    assert {p: tree_digest(clone / p) for p in before} == before
     (clone / "params.yaml").write_text(good)
     # DVC's Hydra composition: -S recomposes params.yaml from conf/ and the change reaches only the stages below it
     _run(["git", "add", "-A"], clone, env)

@@ -54,6 +54,27 @@ def test_render_takes_every_figure_from_the_metrics(tmp_path):
     assert "240 updates (G = 8, lr 0.0001, K_2 = 2)" in out and "71.2% of them the expert's plan" in out
 
 
+def test_a_cluster_run_names_its_job_instead_of_a_local_throughput(tmp_path):
+    d = _metrics(tmp_path / "m")
+    grpo = json.loads((d / "grpo.json").read_text())
+    grpo.pop("throughput")
+    grpo.update(
+        backend="openrlhf",
+        steps=30,
+        job={
+            "submission_id": "embodied-rft-grpo-ab",
+            "trainer": "openrlhf.cli.train_ppo_ray",
+            "openrlhf_version": "0.11.2",
+        },
+    )
+    (d / "grpo.json").write_text(json.dumps(grpo))
+    out = render(d)
+    assert (
+        "| GRPO | OpenRLHF job `embodied-rft-grpo-ab` (trainer `openrlhf.cli.train_ppo_ray`, OpenRLHF 0.11.2): "
+        "30 steps, 240 updates (G = 8, lr 0.0001, K_2 = 2), filter pass rate 0.42 |" in out
+    )
+
+
 def test_splice_replaces_only_the_block_and_check_fails_on_drift(tmp_path):
     m = _metrics(tmp_path / "m")
     readme = tmp_path / "README.md"

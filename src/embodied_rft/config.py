@@ -23,6 +23,11 @@ class ConfigError(ValueError):
     """A config value is wrong; the message names the dotted key and what to change."""
 
 
+class StageFailed(RuntimeError):
+    """Work a stage handed to something outside it (a cluster job) failed; the message says what failed, where to
+    look and which outputs were left as they were."""
+
+
 def check(cond: bool, key: str, message: str) -> None:
     """Raise ConfigError(f"{key}: {message}") unless ``cond`` holds (for ``__post_init__``)."""
     if not cond:
@@ -168,4 +173,4 @@ def as_dict(obj: Any) -> dict:
     return plain(obj)
 
 
-__all__ = ["ConfigError", "build", "check", "as_dict", "to_plain", "typing"]
+__all__ = ["ConfigError", "StageFailed", "build", "check", "as_dict", "to_plain", "typing"]

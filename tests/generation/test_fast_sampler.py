@@ -183,7 +183,11 @@ def test_seeded_and_independent_of_when_rows_are_dropped():
     b = FastSampler(lm, compact_at=0.01).sample(prompts, 4, seed=11, **kw)  # (almost) never drop them
     c = FastSampler(lm).sample(prompts, 4, seed=12, **kw)
     assert a.tokens == b.tokens
-    assert all(torch.equal(x, y) for ga, gb in zip(a.logprobs, b.logprobs) for x, y in zip(ga, gb))
+    # the same draws; their log-probs agree to float32 rounding (dropping rows changes the batch shape, and with it
+    # the kernels' summation order on some CPUs: 4.8e-7 on an AMD EPYC here, bitwise equal on others)
+    assert all(
+        torch.allclose(x, y, rtol=0, atol=1e-5) for ga, gb in zip(a.logprobs, b.logprobs) for x, y in zip(ga, gb)
+    )
     assert a.tokens != c.tokens
     lengths = [len(r) for g in a.tokens for r in g]
     assert min(lengths) < 25

@@ -206,8 +206,8 @@ def test_the_stage_collects_states_with_the_checkpoint_and_reuses_them(tmp_path)
 
 
 def test_the_openrlhf_prompt_file_holds_the_states_and_the_decomposed_share(tmp_path):
-    import embodied_rft.train.grpo.stage as stage
     from embodied_rft.train.grpo.config import GRPOConfig
+    from embodied_rft.train.openrlhf.cluster import write_job_prompts
 
     train = write_jsonl(tmp_path / "decomposed" / "train.jsonl", grpo_samples())
     states = [
@@ -215,11 +215,11 @@ def test_the_openrlhf_prompt_file_holds_the_states_and_the_decomposed_share(tmp_
         for s in grpo_samples()[:2]
     ]
     gcfg = GRPOConfig(onpolicy=OnPolicyConfig(episodes=2, fraction=0.5))
-    out = stage.openrlhf_prompts(train, (states, {}), gcfg, tmp_path / "openrlhf")
+    out = write_job_prompts(train, (states, {}), gcfg, tmp_path / "openrlhf" / "prompts.jsonl", None)
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(recs) == 4 and [r["label"] for r in recs[:2]] == [s["label"] for s in states]
     assert {r["label"] for r in recs[2:]} <= {s["label"] for s in grpo_samples()}
     assert all(isinstance(r["prompt"], list) for r in recs)
     # without states the file is the decomposed set as it was
-    plain = stage.openrlhf_prompts(train, None, gcfg, tmp_path / "plain")
+    plain = write_job_prompts(train, None, gcfg, tmp_path / "plain" / "prompts.jsonl", None)
     assert len(plain.read_text().splitlines()) == len(grpo_samples())

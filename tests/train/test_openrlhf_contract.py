@@ -30,14 +30,20 @@ REPO = Path(__file__).resolve().parents[2]
 SHIM = REPO / orl.REWARD_FILE
 
 
+LAYOUT = orl.JobLayout(Path("/shared/ws/.cache/work/openrlhf/k"))
+
+
 def paper_cfg(**kw) -> GRPOConfig:
     return GRPOConfig(backend="openrlhf", **kw)
 
 
+def job(cfg: GRPOConfig, **kw):
+    """(trainer argv, submit argv) for ``cfg`` with a fixed job folder and submission id."""
+    return orl.build_openrlhf_job(cfg, layout=LAYOUT, submission_id="sid", **kw)
+
+
 def parsed(cfg: GRPOConfig, vision: bool = False, **kw):
-    train, _ = orl.build_openrlhf_job(
-        cfg, policy_path="/ckpt/sft", prompt_data="data/openrlhf/train.jsonl", vision=vision, **kw
-    )
+    train, _ = job(cfg, policy_path="/ckpt/sft", prompt_data="/shared/ws/prompts.jsonl", vision=vision, **kw)
     assert train[:3] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
     return parse_train_ppo_ray(train[3:])
 
@@ -113,26 +119,68 @@ def test_filter_off_sends_no_dynamic_filtering():
 )
 def test_batch_arithmetic_errors_say_what_to_change(kw, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        orl.build_openrlhf_job(paper_cfg(**kw), policy_path="m", prompt_data="d")
+        job(paper_cfg(**kw), policy_path="m", prompt_data="d")
 
 
 def test_local_backend_is_refused():
     with pytest.raises(ConfigError, match="grpo.backend"):
-        orl.build_openrlhf_job(GRPOConfig(), policy_path="m", prompt_data="d")
+        job(GRPOConfig(), policy_path="m", prompt_data="d")
 
 
 def test_submit_command_and_runtime_env():
     cfg = paper_cfg(openrlhf=OpenRLHFConfig(ray_address="http://head:8265", wandb_project="eb"))
-    train, submit = orl.build_openrlhf_job(cfg, policy_path="m", prompt_data="d.jsonl", reward_variant="rr_code")
-    assert submit[:5] == ["ray", "job", "submit", "--address", "http://head:8265"]
+    train, submit = job(cfg, policy_path="/shared/m", prompt_data="/shared/d.jsonl", reward_variant="rr_code")
+    assert submit[:7] == ["ray", "job", "submit", "--address", "http://head:8265", "--submission-id", "sid"]
     env = json.loads(submit[submit.index("--runtime-env-json") + 1])
     assert env["working_dir"] == "."
     assert env["env_vars"]["EMBODIED_RFT_REWARD_VARIANT"] == "rr_code"
+    assert env["env_vars"]["EMBODIED_RFT_REWARD_LOG"] == str(LAYOUT.rewards)
     assert ".venv" in env["excludes"] and "models" in env["excludes"]
-    assert submit[submit.index("--") + 1 :] == train
+    # the entrypoint checks the inputs, then runs the trainer; OpenRLHF's own ray.init keys go to its process
+    entry = submit[submit.index("--") + 1 :]
+    assert entry[:3] == ["python3", "-m", "embodied_rft.train.openrlhf.entry"]
+    assert entry[entry.index("--job-dir") + 1] == str(LAYOUT.dir)
+    assert ["--input", "policy=/shared/m", "--input", "prompts=/shared/d.jsonl"] == entry[7:11]
+    assert entry[entry.index("--env") + 1] == "TOKENIZERS_PARALLELISM=false"
+    assert "TOKENIZERS_PARALLELISM" not in env["env_vars"] and "NCCL_DEBUG" not in env["env_vars"]
+    assert entry[entry.index("--") + 1 :] == train
+    # checkpoints and the model go to the job's folder on the shared root, by absolute path
+    assert train[train.index("--ckpt.output_dir") + 1] == str(LAYOUT.model)
+    assert train[train.index("--ckpt.path") + 1] == str(LAYOUT.ckpt)
     # W&B is switched on by name only; the key comes from the cluster's environment
     assert train[train.index("--logger.wandb.key") + 1] == "WANDB_API_KEY"
     parse_train_ppo_ray(train[3:])
+
+
+def test_the_jobs_runtime_env_merges_with_openrlhfs_ray_init():
+    """OpenRLHF's train_ppo_ray calls ray.init(runtime_env={"env_vars": {...}}); Ray refuses a job whose runtime env
+    sets any of the same keys ("Failed to merge the Job's runtime env"). The keys are read from the installed
+    OpenRLHF's source, the merge is Ray's own."""
+    import ast
+    import importlib.util
+
+    from ray.runtime_env.runtime_env import _merge_runtime_env
+
+    src = Path(importlib.util.find_spec("openrlhf.cli.train_ppo_ray").origin).read_text()
+    init = next(
+        n
+        for n in ast.walk(ast.parse(src))
+        if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "init" and n.keywords
+    )
+    env_dict = next(k.value for k in init.keywords if k.arg == "runtime_env").values[0]
+    theirs = {ast.literal_eval(k) for k in env_dict.keys}
+    assert theirs == set(orl.DRIVER_ENV)
+    cfg = paper_cfg(
+        openrlhf=OpenRLHFConfig(env={"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "WARN", "HF_HOME": "/h"})
+    )
+    _, submit = job(cfg, policy_path="/m", prompt_data="/d.jsonl", reward_variant="regrpo")
+    ours = json.loads(submit[submit.index("--runtime-env-json") + 1])
+    assert ours["env_vars"]["HF_HOME"] == "/h"
+    assert ours["env_vars"]["EMBODIED_RFT_TOKENIZER"] == "/m"  # the regrpo cost counts the policy's tokens
+    openrlhf_env = {"env_vars": dict.fromkeys(theirs, "x")}
+    assert _merge_runtime_env(ours, openrlhf_env) is not None
+    # the configuration this replaces put both keys in the job's runtime env: Ray refuses that
+    assert _merge_runtime_env({"env_vars": dict(cfg.openrlhf.env)}, openrlhf_env) is None
 
 
 def test_secrets_in_env_are_refused():
@@ -141,21 +189,28 @@ def test_secrets_in_env_are_refused():
     OpenRLHFConfig(env={"TOKENIZERS_PARALLELISM": "false"})  # a name containing TOKEN is not a secret
 
 
-def test_cli_dry_run_prints_a_parseable_command(tmp_path, capsys):
-    # the CLI composes conf/ exactly as the stage does (grpo=openrlhf + overrides)
+def test_cli_prints_the_paper_presets_job_unless_told_otherwise(capsys):
+    from embodied_rft.train.openrlhf import dry_run
+
     conf = str(REPO / "conf")
-    samples = write_jsonl(tmp_path / "train.jsonl", grpo_samples())
-    rc = orl.main(["--dry-run", "--config-dir", conf, "--train-samples", str(samples), "grpo.group_size=4"])
-    assert rc == 0
-    argv = shlex.split(capsys.readouterr().out.strip())
+    assert dry_run.main(["--config-dir", conf]) == 0
+    out = capsys.readouterr()
+    assert out.err.startswith("# experiment=paper_qwen25vl_7b with grpo=openrlhf: 1 node(s) x 8 GPUs")
+    argv = shlex.split(out.out.strip())
     assert argv[:3] == ["ray", "job", "submit"]
-    a = parse_train_ppo_ray(argv[argv.index("--") + 4 :])
-    assert a.rollout.n_samples_per_prompt == 4
-    # the same composition the stage gets from params: grpo=openrlhf + the override
-    composed = orl.compose_job_config(["grpo.group_size=4"], conf)
+    entry = argv[argv.index("--") + 1 :]
+    a = parse_train_ppo_ray(entry[entry.index("--") + 4 :])
+    # the paper's sizes, never the CPU preset's on eight GPUs
+    assert (a.rollout.n_samples_per_prompt, a.rollout.batch_size, a.rollout.max_new_tokens) == (8, 128, 4096)
+    assert a.actor.adam.lr == 1e-6 and a.actor.num_gpus_per_node == 8
+    assert Path(a.actor.model_name_or_path).is_absolute() and Path(a.data.prompt_dataset).is_absolute()
+    # another preset composes when asked for, and says which it is
+    assert dry_run.main(["--config-dir", conf, "experiment=tiny", "grpo.group_size=4"]) == 0
+    out = capsys.readouterr()
+    assert out.err.startswith("# experiment=tiny with grpo=openrlhf") and "G = 4" in out.err
+    composed = dry_run.compose_job_config(["grpo.group_size=4"], conf)
     assert composed["grpo"]["backend"] == "openrlhf" and composed["grpo"]["group_size"] == 4
-    assert orl.main(["--dry-run", "--config-dir", conf, "--train-samples", "x"]) == 0
-    assert orl.main(["--dry-run", "--config-dir", conf, "grpo.group_sise=8"]) == 2
+    assert dry_run.main(["--config-dir", conf, "grpo.group_sise=8"]) == 2
     assert "group_sise" in capsys.readouterr().err
 
 

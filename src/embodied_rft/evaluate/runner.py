@@ -14,10 +14,12 @@ torch's thread pools can deadlock.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -124,6 +126,24 @@ def run_episodes(
     return out
 
 
+def connect_ray(ray: Any) -> None:
+    """``ray.init`` the way Ray resolves it (``RAY_ADDRESS`` when it names a cluster, ``host:port`` or ``ray://``;
+    else the cluster ``ray start --head`` last started on this machine; else a new local instance), except that a
+    ``RAY_ADDRESS`` of a job server (``http://…:8265``, what ``ray job submit`` and the ``grpo`` stage read) is
+    not a cluster address: it is set aside for the call, with a warning, instead of failing the evaluation."""
+    saved = os.environ.get("RAY_ADDRESS", "")
+    job_server = saved.startswith(("http://", "https://"))
+    if job_server:
+        log.warning("RAY_ADDRESS=%s is a job server, not a cluster address; joining this machine's Ray cluster", saved)
+        del os.environ["RAY_ADDRESS"]
+    try:
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    finally:
+        if job_server:
+            os.environ["RAY_ADDRESS"] = saved
+    log.info("evaluation actors on Ray at %s", ray.get_runtime_context().gcs_address)
+
+
 def _run_ray(
     tasks: list[list[dict]],
     spec: PolicySpec,
@@ -134,13 +154,17 @@ def _run_ray(
     record: Callable[[dict], None],
 ) -> None:
     """One actor per worker; each gets a new task as soon as it returns one (no straggler waits for a
-    fixed share). Starts a local Ray instance only if none is running, and shuts down only what it started."""
+    fixed share). Joins the cluster :func:`connect_ray` finds, and shuts down only a connection it made."""
     import ray
 
     started = False
     if not ray.is_initialized():
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        connect_ray(ray)
         started = True
+    if spec.model_dir is not None:
+        # actors run in the raylet's working folder, not this one (on another node too): an absolute path, which a
+        # multi-node cluster must mount at the same place on every node
+        spec = dataclasses.replace(spec, model_dir=str(Path(spec.model_dir).absolute()))
     try:
         actor_cls = ray.remote(num_cpus=1, num_gpus=gpus)(_RayWorker)
         actors = [actor_cls.remote(spec, prompt_cfg, limits) for _ in range(n)]

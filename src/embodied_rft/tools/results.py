@@ -84,13 +84,28 @@ def render(metrics_dir: str | Path) -> str:
     lines += [
         f"| SFT | {sft['steps']} steps, loss {sft['first_loss']:.2f} → {sft['final_loss']:.2f}, "
         f"{sft['tokens_per_s']:,.0f} tokens/s |",
-        f"| GRPO | {grpo['updates']} updates (G = {cfg.get('group_size')}, lr {cfg.get('lr'):g}, K_2 = "
-        f"{cfg.get('filter', {}).get('updates_per_buffer')}), filter pass rate {grpo['filter']['pass_rate']:.2f}, "
-        f"{grpo['throughput']['generated_tokens_per_s']:,.0f} generated tokens/s |",
+        _grpo_row(grpo, cfg),
         f"| teacher | `{distill['model']}`, validate `{distill['validate']}`: {distill['accepted']:,} answers kept, "
         f"{100 * distill['kept_gold_rate']:.1f}% of them the expert's plan |",
     ]
     return "\n".join(lines)
+
+
+def _grpo_row(grpo: dict, cfg: dict) -> str:
+    """The GRPO row: the engine's size and speed, and for a cluster run the job that trained it."""
+    rate = grpo["filter"]["pass_rate"]
+    size = (
+        f"{grpo['updates']} updates (G = {cfg.get('group_size')}, lr {cfg.get('lr'):g}, K_2 = "
+        f"{cfg.get('filter', {}).get('updates_per_buffer')}), filter pass rate "
+        + (f"{rate:.2f}" if rate is not None else "not recorded")
+    )
+    if grpo.get("backend") == "openrlhf":
+        job = grpo.get("job") or {}
+        return (
+            f"| GRPO | OpenRLHF job `{job.get('submission_id')}` (trainer `{job.get('trainer')}`, OpenRLHF "
+            f"{job.get('openrlhf_version')}): {grpo['steps']} steps, {size} |"
+        )
+    return f"| GRPO | {size}, {grpo['throughput']['generated_tokens_per_s']:,.0f} generated tokens/s |"
 
 
 def _ci(gain: dict) -> str:

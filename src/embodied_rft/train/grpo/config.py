@@ -35,8 +35,8 @@ def _paper_filter() -> FilterConfig:
 class OpenRLHFConfig:
     """Cluster-only settings of ``backend=openrlhf`` (ignored by the local engine)."""
 
-    # Ray dashboard / job server address for `ray job submit`. The RR code ran on one 8×A100 node.
-    ray_address: str = "http://127.0.0.1:8265"
+    # Ray job server for `ray job submit` ("" = $RAY_ADDRESS, else the local head's http://127.0.0.1:8265).
+    ray_address: str = ""
     # Nodes and GPUs per node for the actor (the reference shares them when kl_coef > 0). RR: 1 × 8.
     num_nodes: int = 1
     gpus_per_node: int = 8
@@ -60,13 +60,22 @@ class OpenRLHFConfig:
     micro_rollout_batch_size: int = 2
     # Images per prompt for vLLM (0 = text-only model). EB-ALFRED prompts carry one frame.
     max_images_per_prompt: int = 1
-    # Where OpenRLHF writes checkpoints and the final model, as the cluster sees them: a shared filesystem
-    # (a relative path lands in the job's temporary working dir, which Ray deletes with the job).
-    ckpt_path: str = "ckpt/grpo"
-    save_path: str = "models/grpo"
-    # Save a DeepSpeed checkpoint every N updates (-1 = never); resumes with --ckpt.load_enable.
+    # A folder every Ray node mounts at the same path (the cluster's shared filesystem), where the stage puts what
+    # the job reads and writes (prompts, checkpoints, the trained model, the reward records). "" = the DVC
+    # workspace itself, which is right when the workspace lives on the shared filesystem (and on a local Ray head).
+    # The job's inputs (the policy, image folders) must be under it; see ``copy_inputs``.
+    shared_root: str = ""
+    # Copy an input that is not under ``shared_root`` into the job's folder there (the policy checkpoint: a 7B
+    # model is ~16 GB), instead of refusing to submit.
+    copy_inputs: bool = False
+    # The trainer module the job runs (``python3 -m <trainer>``). OpenRLHF's; the tests name a CPU stand-in.
+    trainer: str = "openrlhf.cli.train_ppo_ray"
+    # Save a DeepSpeed checkpoint every N updates (-1 = never); a resubmitted job resumes from it
+    # (--ckpt.load_enable; the stage keeps the checkpoint folder across attempts with the same inputs).
     save_steps: int = 20
-    # Environment variables for the job (names and non-secret values only; secrets come from the cluster).
+    # Environment variables for the job (names and non-secret values only; secrets come from the cluster). The
+    # keys OpenRLHF's own ray.init sets (DRIVER_ENV) go to the trainer's driver process, which hands them on;
+    # every other key goes to every Ray worker of the job through its runtime env.
     env: dict[str, str] = field(default_factory=lambda: {"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "WARN"})
     # W&B project for OpenRLHF's own logger (the key comes from WANDB_API_KEY on the cluster; "" = off).
     wandb_project: str = ""
@@ -87,6 +96,13 @@ class OpenRLHFConfig:
         check(self.micro_train_batch_size >= 1, "grpo.openrlhf.micro_train_batch_size", "must be >= 1")
         check(self.micro_rollout_batch_size >= 1, "grpo.openrlhf.micro_rollout_batch_size", "must be >= 1")
         check(self.max_images_per_prompt >= 0, "grpo.openrlhf.max_images_per_prompt", "must be >= 0")
+        check(bool(self.trainer.strip()), "grpo.openrlhf.trainer", "must name a module (openrlhf.cli.train_ppo_ray)")
+        check(
+            not self.shared_root or self.shared_root.startswith("/"),
+            "grpo.openrlhf.shared_root",
+            f'must be an absolute path every Ray node mounts at the same place, or "" for the workspace; got '
+            f"{self.shared_root!r}",
+        )
         for k in self.env:
             if set(k.upper().split("_")) & {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIALS"}:
                 raise ConfigError(

@@ -29,7 +29,7 @@ from embodied_rft.reward import RewardConfig
 from embodied_rft.train.grpo.checkpoint import fingerprint
 from embodied_rft.train.grpo.config import GRPOConfig
 from embodied_rft.train.grpo.engine import GRPOEngine, Hooks, _read_samples, _RolloutStats
-from embodied_rft.train.grpo.heldout import paired_gain
+from embodied_rft.train.grpo.heldout import HELDOUT_HEADLINE, heldout_block, heldout_means
 from embodied_rft.train.grpo.log import RunTracker
 from embodied_rft.train.grpo.onpolicy import mix_prompts
 from embodied_rft.train.grpo.ray_workers import LocalRollout, RayRollout
@@ -56,8 +56,9 @@ def run_grpo_local(
 ) -> dict[str, Any]:
     """Run GRPO with the local engine; returns the metrics written to ``metrics_path``.
 
-    ``reward`` is the ``reward:`` config section (default: the paper's reward). ``hooks['on_update']``,
-    if given, is called with an :class:`UpdateInfo` after every optimiser update (tests use it).
+    ``reward`` is the ``reward:`` config section (default: the paper's reward). ``hooks`` are the engine's plug-in
+    points (:data:`~embodied_rft.train.grpo.engine.Hooks`): ``on_update`` is called with an :class:`UpdateInfo` after
+    every optimiser update, ``reward`` replaces the scorer.
     ``states`` (samples, summary), from :mod:`.onpolicy`, are mixed into the training prompts as
     ``cfg.onpolicy.fraction`` says. ``executor`` runs a response from its sample's state for the regrpo
     reward's executed success (``regrpo/execute.py``). ``anchors`` (a :class:`~embodied_rft.regrpo.anchors.AnchorWriter`,
@@ -164,7 +165,7 @@ def _loop(
     st = eng.state
     if cfg.eval_max_samples and st.eval_before is None:
         st.eval_before = eng.evaluate()
-        log.info("held-out before GRPO: %s", _means(st.eval_before))
+        log.info("held-out before GRPO: %s", heldout_means(st.eval_before))
     tracker = RunTracker(
         cfg.report_to, cfg.wandb_mode, cfg.wandb_project, Path(work_dir), as_dict(cfg), st.history, st.wandb_id
     )
@@ -203,7 +204,7 @@ def _loop(
         )
     eval_after = eng.evaluate() if cfg.eval_max_samples else None
     if eval_after is not None:
-        log.info("held-out after GRPO: %s", _means(eval_after))
+        log.info("held-out after GRPO: %s", heldout_means(eval_after))
     save_pretrained_atomic(eng.model, eng.tokenizer, out_dir)
     if cfg.save_every:
         eng.checkpoint()  # the finished state: a rerun with the same inputs resumes straight to the end
@@ -220,16 +221,10 @@ def _loop(
 # what metrics/grpo.json shows (the rest — config, per-update history, counters, seconds — is in
 # metrics/grpo.details.json)
 GRPO_HEADLINE = {
+    # local | openrlhf (train/openrlhf/logs.py's headline), so no number is credited to the wrong engine
+    "backend": True,
     "updates": True,
-    "heldout": {
-        "before": {"samples": True, "reward_mean": True, "exact_plan_rate": True},
-        "after": {"samples": True, "reward_mean": True, "exact_plan_rate": True},
-        "paired": {
-            "n": True,
-            "reward": {"up": True, "down": True, "mean_diff": True, "ci95": True, "p_sign": True},
-            "accuracy_full": {"only_a": True, "only_b": True, "p_mcnemar": True, "mean_diff": True, "ci95": True},
-        },
-    },
+    "heldout": HELDOUT_HEADLINE,
     "filter": {"pass_rate": True},
     "throughput": {"generated_tokens_per_s": True},
     # where the stage's time went: generate, reward, logprob (old-policy pass; 0 with the fast sampler), update,
@@ -264,29 +259,12 @@ def config_identity(cfg: GRPOConfig) -> dict:
     return d
 
 
-def _means(ev: dict) -> dict:
-    """An ``evaluate_greedy`` result without its per-prompt rows (for logs and metrics)."""
-    return {k: v for k, v in ev.items() if k != "per_prompt"}
-
-
 def _metrics(
     cfg: GRPOConfig, eng: GRPOEngine, stop_reason: str, resumed: bool, eval_after: dict | None, wall: float
 ) -> dict:
     st = eng.state
-    before = st.eval_before
-    heldout = None
-    if before and eval_after and before.get("samples"):
-        heldout = {
-            "before": _means(before),
-            "after": _means(eval_after),
-            **{
-                f"{k}_gain": round(eval_after[k] - before[k], 6)
-                for k in ("reward_mean", "exact_plan_rate", "format_rate")
-            },
-        }
-        # prompt by prompt, with a bootstrap interval and exact tests
-        if "per_prompt" in before and "per_prompt" in eval_after:
-            heldout["paired"] = paired_gain(before["per_prompt"], eval_after["per_prompt"], seed=cfg.seed)
+    # prompt by prompt, with a bootstrap interval and exact tests
+    heldout = heldout_block(st.eval_before, eval_after, cfg.seed)
     gen_s = st.seconds.get("generate", 0.0)
     total_s = sum(st.seconds.values())
     final = dict(st.history[-1]) if st.history else {}

@@ -79,6 +79,9 @@ class UpdateInfo:
     stats: dict[str, float] = field(default_factory=dict)
 
 
+# Plug-in points of the engine, by name: ``on_update(UpdateInfo)`` after every optimiser update; ``reward(engine)``
+# returns the scorer of the rollouts and held-out checks in place of the ``reward:`` config's (an object with
+# ``score(response_text, label, sample) -> RewardBreakdown``), e.g. a reward served elsewhere.
 Hooks = dict[str, Callable[..., Any]]
 
 
@@ -137,6 +140,8 @@ class GRPOEngine:
         self.io.add_model_eos(self.model)
         # regrpo: reflection tokens in the policy's tokens, the executed success (docs/regrpo.md §5)
         self.reward = BoundReward(reward, self.count_tokens, executor)
+        if "reward" in self.hooks:
+            self.reward = self.hooks["reward"](self)
         self.log_reflection = reward.variant == "regrpo" or any("rot" in s for s in train_samples)
         if self.vision and cfg.freeze_vision:
             log.info("froze %d vision parameters", freeze_vision(self.model))

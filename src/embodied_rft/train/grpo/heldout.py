@@ -130,6 +130,73 @@ def paired_gain(
     }
 
 
+# what metrics/grpo.json shows of the held-out block, for either engine
+HELDOUT_HEADLINE = {
+    "before": {"samples": True, "reward_mean": True, "exact_plan_rate": True},
+    "after": {"samples": True, "reward_mean": True, "exact_plan_rate": True},
+    "paired": {
+        "n": True,
+        "reward": {"up": True, "down": True, "mean_diff": True, "ci95": True, "p_sign": True},
+        "accuracy_full": {"only_a": True, "only_b": True, "p_mcnemar": True, "mean_diff": True, "ci95": True},
+    },
+}
+
+
+def heldout_block(before: dict | None, after: dict | None, seed: int) -> dict | None:
+    """``metrics/grpo.json``'s ``heldout``: both runs' means, the gain of each headline mean and, prompt by prompt,
+    :func:`paired_gain`; None unless both checks scored prompts."""
+    if not (before and after and before.get("samples")):
+        return None
+    out = {
+        "before": heldout_means(before),
+        "after": heldout_means(after),
+        **{f"{k}_gain": round(after[k] - before[k], 6) for k in ("reward_mean", "exact_plan_rate", "format_rate")},
+    }
+    if "per_prompt" in before and "per_prompt" in after:
+        out["paired"] = paired_gain(before["per_prompt"], after["per_prompt"], seed=seed)
+    return out
+
+
+def heldout_means(ev: dict) -> dict:
+    """An :func:`evaluate_greedy` result without its per-prompt rows."""
+    return {k: v for k, v in ev.items() if k != "per_prompt"}
+
+
+def check_checkpoint(
+    policy_dir: Any, val_samples: Sequence[dict], cfg: Any, reward: RewardConfig, image_root: Any
+) -> dict:
+    """The local engine's held-out check (:func:`evaluate_greedy` with ``grpo``'s eval settings, the policy's own
+    token counter for the regrpo reward) on a saved checkpoint: how the stage checks a model trained elsewhere (the
+    OpenRLHF job) the same way it checks its own."""
+    import torch
+
+    from embodied_rft.models import load_model
+    from embodied_rft.regrpo.reward import BoundReward
+    from embodied_rft.train.grpo.rollout import PolicyIO, make_sampler
+
+    if not val_samples:
+        return {"samples": 0}
+    model, tok = load_model(policy_dir, for_training=False)
+    auto = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(auto if cfg.device == "auto" else cfg.device)
+    model = model.to(device).eval()
+    io = PolicyIO(tok, cfg.max_prompt_tokens, image_root)
+    io.add_model_eos(model)
+    bound = BoundReward(reward, lambda text: len(io.tokenizer(text, add_special_tokens=False)["input_ids"]))
+    prompts = [io.encode(s, i) for i, s in enumerate(val_samples)]
+    with torch.no_grad():
+        return evaluate_greedy(
+            model,
+            io,
+            prompts,
+            bound,
+            max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens,
+            batch_size=cfg.eval_batch_size,
+            device=device,
+            sampler=make_sampler(model, cfg.sampler, cfg.sampler_max_rows),
+        )
+
+
 def accuracy_full_gain(pair: dict) -> dict:
     """The exact-plan comparison (:func:`embodied_rft.evaluate.aggregate.paired` of before vs after) with the
     gain as a fraction of the prompts, ``mean_diff``, and its 95% interval for paired proportions, ``ci95``."""
@@ -138,4 +205,13 @@ def accuracy_full_gain(pair: dict) -> dict:
     return {**pair, "mean_diff": round((pair["only_b"] - pair["only_a"]) / n, 6), "ci95": [round(lo, 6), round(hi, 6)]}
 
 
-__all__ = ["accuracy_full_gain", "evaluate_greedy", "greedy_responses", "paired_gain"]
+__all__ = [
+    "HELDOUT_HEADLINE",
+    "accuracy_full_gain",
+    "check_checkpoint",
+    "evaluate_greedy",
+    "greedy_responses",
+    "heldout_block",
+    "heldout_means",
+    "paired_gain",
+]

@@ -2,33 +2,28 @@
 
 `grpo.backend=local` runs the embedded engine here (CPU or one GPU). With `grpo.onpolicy.episodes > 0` the
 initial policy first plays that many training episodes (data/episodes/train.jsonl) and the states it reaches
-join the prompts (:mod:`.onpolicy`; both backends). `grpo.backend=openrlhf` writes the prompts in
-OpenRLHF's format and submits the job to the running Ray cluster (`ray job submit`, blocking); the cluster writes
-the checkpoint to `grpo.openrlhf.save_path` on the shared filesystem, which must be this stage's output path.
+join the prompts (:mod:`.onpolicy`; both backends). `grpo.backend=openrlhf` runs OpenRLHF as a Ray job on the
+cluster and writes the same outputs from what the job brought back (:mod:`embodied_rft.train.openrlhf.cluster`).
 """
 
-import subprocess
 from pathlib import Path
 
-from embodied_rft.config import ConfigError, as_dict, build
-from embodied_rft.core.atomic import write_jsonl_atomic
+from embodied_rft.config import as_dict, build
 from embodied_rft.core.digest import path_identity
 from embodied_rft.data.jsonl import iter_jsonl
 from embodied_rft.data.prompt import PromptConfig
 from embodied_rft.evaluate.config import EpisodeLimits
-from embodied_rft.regrpo.reward import openrlhf_options
 from embodied_rft.reward import RewardConfig
 from embodied_rft.train.grpo.checkpoint import fingerprint
 from embodied_rft.train.grpo.config import GRPOConfig
-from embodied_rft.train.grpo.driver import run_grpo_local, select_decomposed
+from embodied_rft.train.grpo.driver import run_grpo_local
 from embodied_rft.train.grpo.onpolicy import (
     choose_episodes,
     collect_with_model,
     load_or_collect,
-    mix_prompts,
     select_states,
 )
-from embodied_rft.train.openrlhf.job import build_openrlhf_job, write_prompt_data
+from embodied_rft.train.openrlhf.cluster import OpenRLHFStage
 
 
 def run_grpo_stage(ctx) -> None:
@@ -39,10 +34,12 @@ def run_grpo_stage(ctx) -> None:
     reward = build(RewardConfig, ctx.section("reward"), "reward")
     train, val = Path(p.decomposed_dir) / "train.jsonl", Path(p.decomposed_dir) / "val.jsonl"
     policy_dir = getattr(p, f"{gcfg.init}_model")
+    # the cluster path checks its inputs before any work (the on-policy play included)
+    cluster = OpenRLHFStage(gcfg, reward, p, f"paths.{gcfg.init}_model") if gcfg.backend == "openrlhf" else None
     states = _onpolicy_states(ctx, gcfg, policy_dir) if gcfg.onpolicy.episodes else None
     if states is not None:
         states = select_states(states, gcfg.onpolicy.failed_only)
-    if gcfg.backend == "local":
+    if cluster is None:
         run_grpo_local(
             gcfg,
             policy_dir,
@@ -58,21 +55,7 @@ def run_grpo_stage(ctx) -> None:
             anchors=_anchors(ctx, gcfg),
         )
         return
-    if Path(gcfg.openrlhf.save_path).resolve() != Path(p.grpo_model).resolve():
-        raise ConfigError(
-            f"grpo.openrlhf.save_path: must be the stage output {p.grpo_model} (a shared filesystem path)"
-        )
-    prompts = openrlhf_prompts(train, states, gcfg, Path(p.work_dir) / "openrlhf")
-    vision = any(rec.get("image") for _, rec in iter_jsonl(train))
-    _, submit = build_openrlhf_job(
-        gcfg,
-        policy_path=policy_dir,
-        prompt_data=str(prompts),
-        reward_variant=reward.variant,
-        vision=vision,
-        reward_options=openrlhf_options(reward),
-    )
-    subprocess.run(submit, check=True)
+    cluster.run(states)
 
 
 def _anchors(ctx, gcfg: GRPOConfig):
@@ -94,23 +77,6 @@ def _executor(p, reward: RewardConfig):
     from embodied_rft.regrpo.execute import Executor
 
     return Executor({rec["episode_id"]: rec for _, rec in iter_jsonl(Path(p.episodes_dir) / "train.jsonl")})
-
-
-def openrlhf_prompts(train: Path, states: tuple[list[dict], dict] | None, gcfg: GRPOConfig, out_dir: Path) -> Path:
-    """OpenRLHF's prompt file in ``out_dir``: the decomposed train samples (only the recovery ones with
-    ``grpo.decomposed_prompts: recovery``), mixed with the on-policy states (``grpo.onpolicy.fraction``) when there
-    are any; image paths stay relative to the job's working dir."""
-    prompts = out_dir / "train.jsonl"
-    if states is None and gcfg.decomposed_prompts == "all":
-        write_prompt_data(train, prompts)
-        return prompts
-    mixed = out_dir / "samples.jsonl"
-    decomposed = select_decomposed([rec for _, rec in iter_jsonl(train)], gcfg.decomposed_prompts, str(train))
-    write_jsonl_atomic(
-        mixed, mix_prompts(decomposed, states[0], gcfg.onpolicy.fraction, gcfg.seed) if states else decomposed
-    )
-    write_prompt_data(mixed, prompts, image_prefix=str(train.parent))
-    return prompts
 
 
 def _onpolicy_states(ctx, gcfg: GRPOConfig, policy_dir: str) -> tuple[list[dict], dict]:

@@ -27,33 +27,43 @@ on equal-reward groups, which carry zero advantage), ``filter.on_stall``/``max_c
 (OpenRLHF keeps replacing prompts until the data runs out). Its logged filter pass rate is G× too high
 (an upstream bug, docs/facts.md §5.4).
 
-CLI: ``python -m embodied_rft.train.openrlhf.job --dry-run`` prints the submit command for
-``conf/grpo/openrlhf.yaml``; without ``--dry-run`` it writes the prompt data and runs ``ray job submit``.
+Every path the job reads or writes is absolute, in the job's folder under ``grpo.openrlhf.shared_root``
+(:class:`JobLayout`; the stage puts it there, :mod:`.cluster`), because Ray runs the entrypoint in an uploaded copy
+of the repository that holds no models, no caches and no git-ignored (DVC) files. The entrypoint is
+:mod:`.entry` wrapping the trainer: it checks every input from where the job runs before any training, records the
+job (host, OpenRLHF's version) and the trainer's log in the job's folder, and checks the model it wrote.
+
+``python -m embodied_rft.train.openrlhf.dry_run [overrides]`` (``make grpo-cluster-dry``) prints the command the
+``grpo`` stage would submit; submitting is the stage's (``dvc repro grpo``, ``make grpo-cluster``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import shlex
-import subprocess
-import sys
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embodied_rft.config import ConfigError, build, check
+from embodied_rft.config import check
 from embodied_rft.core.atomic import write_jsonl_atomic
 from embodied_rft.data.jsonl import DataError, iter_jsonl
-from embodied_rft.regrpo.reward import openrlhf_options
-from embodied_rft.reward import RewardConfig
 from embodied_rft.train.grpo.config import GRPOConfig
 
 log = logging.getLogger(__name__)
 
-# The reward file, relative to the job's working_dir (the repository root uploaded by `ray job submit`).
-REWARD_FILE = "src/embodied_rft/train/openrlhf/reward.py"
+# The reward file OpenRLHF loads by path in the job: this module's file, relative to the job's working_dir (the
+# repository root uploaded by `ray job submit`; git-tracked, so Ray uploads it).
+REWARD_MODULE = "embodied_rft.train.openrlhf.reward"
+REWARD_FILE = "src/" + REWARD_MODULE.replace(".", "/") + ".py"
+# The environment variables OpenRLHF's train_ppo_ray sets in its own ray.init(runtime_env=...): Ray refuses to merge
+# a job runtime env that sets any of them too ("Failed to merge the Job's runtime env"), so they go to the trainer's
+# driver process instead, whose values OpenRLHF hands on to its workers.
+DRIVER_ENV = ("TOKENIZERS_PARALLELISM", "NCCL_DEBUG", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS")
+# The job-side wrapper around the trainer (train/openrlhf/entry.py).
+ENTRY = "embodied_rft.train.openrlhf.entry"
 # Uploading these would be slow or useless: environments, caches, local models and DVC's cache.
 DEFAULT_EXCLUDES = (
     ".git",
@@ -67,6 +77,49 @@ DEFAULT_EXCLUDES = (
     "outputs",
     "wandb",
 )
+
+
+@dataclass(frozen=True)
+class JobLayout:
+    """The job's folder on the shared filesystem and what goes in it; every path absolute. The stage writes
+    ``prompts`` (and ``inputs/`` when it copies inputs there); the job writes ``record`` and ``log`` (:mod:`.entry`),
+    ``model`` (``--ckpt.output_dir``), ``ckpt`` (``--ckpt.path``, kept across attempts so a resubmitted job
+    resumes) and ``rewards`` (one JSONL file per rewarding process, the reward file's records)."""
+
+    dir: Path
+
+    @classmethod
+    def under(cls, root: str | Path, work_dir: str, key: str) -> JobLayout:
+        """``<root>/<work_dir>/openrlhf/<key>``: one folder per job inputs (config, policy, prompts)."""
+        return cls(Path(root).absolute() / work_dir / "openrlhf" / key)
+
+    @property
+    def prompts(self) -> Path:
+        return self.dir / "prompts.jsonl"
+
+    @property
+    def model(self) -> Path:
+        return self.dir / "model"
+
+    @property
+    def ckpt(self) -> Path:
+        return self.dir / "ckpt"
+
+    @property
+    def rewards(self) -> Path:
+        return self.dir / "rewards"
+
+    @property
+    def record(self) -> Path:
+        return self.dir / "job.json"
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "trainer.log"
+
+    @property
+    def inputs(self) -> Path:
+        return self.dir / "inputs"
 
 
 def filter_flags(cfg: GRPOConfig) -> list[str]:
@@ -107,12 +160,14 @@ def openrlhf_args(
     *,
     policy_path: str,
     prompt_data: str,
+    layout: JobLayout,
     vision: bool = False,
     reward_file: str = REWARD_FILE,
     eval_data: str | None = None,
     max_samples: int | None = None,
 ) -> list[str]:
-    """The flags of ``openrlhf.cli.train_ppo_ray`` for ``cfg`` (see the module docstring's mapping)."""
+    """The flags of ``openrlhf.cli.train_ppo_ray`` for ``cfg`` (see the module docstring's mapping); checkpoints and
+    the final model go to ``layout``'s folders."""
     o = cfg.openrlhf
     epochs = check_batches(cfg)
     agg = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}[cfg.loss_agg]
@@ -200,9 +255,9 @@ def openrlhf_args(
         o.attn_implementation,
         # checkpoints and logging
         "--ckpt.path",
-        o.ckpt_path,
+        str(layout.ckpt),
         "--ckpt.output_dir",
-        o.save_path,
+        str(layout.model),
         "--ckpt.save_steps",
         str(o.save_steps),
         "--ckpt.save_hf",
@@ -242,20 +297,48 @@ def openrlhf_args(
     return a
 
 
+def ray_address(cfg: GRPOConfig) -> str:
+    """The job server ``ray job submit`` talks to: ``grpo.openrlhf.ray_address``, else ``$RAY_ADDRESS``, else the
+    local head's default."""
+    return cfg.openrlhf.ray_address or os.environ.get("RAY_ADDRESS") or "http://127.0.0.1:8265"
+
+
 def runtime_env(
     cfg: GRPOConfig,
     reward_variant: str,
+    layout: JobLayout,
     working_dir: str = ".",
     excludes: Sequence[str] = DEFAULT_EXCLUDES,
     reward_options: dict | None = None,
+    tokenizer: str | None = None,
 ) -> dict:
-    """The job's Ray runtime env: the uploaded repository and non-secret env vars (the reward variant and, for
-    ``regrpo``, its coefficients as JSON in ``EMBODIED_RFT_REWARD_OPTIONS``)."""
-    env = dict(cfg.openrlhf.env)
+    """The job's Ray runtime env: the uploaded repository and the non-secret env vars every worker of the job gets
+    (``grpo.openrlhf.env`` less :data:`DRIVER_ENV`; the reward variant and, for ``regrpo``, its coefficients as JSON
+    in ``EMBODIED_RFT_REWARD_OPTIONS`` and the policy's tokenizer for the reflection cost; where the reward file
+    appends its records, ``EMBODIED_RFT_REWARD_LOG``)."""
+    env = {k: v for k, v in cfg.openrlhf.env.items() if k not in DRIVER_ENV}
     env["EMBODIED_RFT_REWARD_VARIANT"] = reward_variant
+    env["EMBODIED_RFT_REWARD_LOG"] = str(layout.rewards)
     if reward_options:
         env["EMBODIED_RFT_REWARD_OPTIONS"] = json.dumps(reward_options, sort_keys=True)
+    if tokenizer and reward_variant == "regrpo":
+        env["EMBODIED_RFT_TOKENIZER"] = tokenizer
     return {"working_dir": working_dir, "excludes": list(excludes), "env_vars": env}
+
+
+def job_entrypoint(
+    cfg: GRPOConfig, train: Sequence[str], layout: JobLayout, inputs: Mapping[str, str], submission_id: str
+) -> list[str]:
+    """The job's entrypoint: :mod:`.entry` (checks ``inputs`` from where the job runs, records the job, keeps the
+    trainer's log) around the trainer argv ``train``; :data:`DRIVER_ENV` keys of ``grpo.openrlhf.env`` go to the
+    trainer's process with ``--env``."""
+    a = ["python3", "-m", ENTRY, "--job-dir", str(layout.dir), "--submission-id", submission_id]
+    for name, path in inputs.items():
+        a += ["--input", f"{name}={path}"]
+    for k, v in cfg.openrlhf.env.items():
+        if k in DRIVER_ENV:
+            a += ["--env", f"{k}={v}"]
+    return [*a, "--", *train]
 
 
 def build_openrlhf_job(
@@ -263,6 +346,9 @@ def build_openrlhf_job(
     *,
     policy_path: str,
     prompt_data: str,
+    layout: JobLayout,
+    submission_id: str,
+    inputs: Mapping[str, str] | None = None,
     reward_variant: str = "paper",
     vision: bool = False,
     working_dir: str = ".",
@@ -270,31 +356,38 @@ def build_openrlhf_job(
     reward_file: str = REWARD_FILE,
     reward_options: dict | None = None,
 ) -> tuple[list[str], list[str]]:
-    """(the trainer argv, the ``ray job submit`` argv that runs it on ``cfg.openrlhf.ray_address``)."""
+    """(the trainer argv, the ``ray job submit`` argv that runs it, wrapped in :func:`job_entrypoint`, on
+    :func:`ray_address` as job ``submission_id``). ``inputs`` (name → absolute path) are what the entrypoint checks
+    before training; default: the policy and the prompt data."""
     check(cfg.backend == "openrlhf", "grpo.backend", f"is {cfg.backend!r}; the OpenRLHF job needs grpo=openrlhf")
     check(
         cfg.minibatch == "rows",
         "grpo.minibatch",
         "groups is a local-engine option; OpenRLHF's replay buffer shuffles single samples (set rows)",
     )
-    train = ["python3", "-m", "openrlhf.cli.train_ppo_ray"] + openrlhf_args(
+    train = ["python3", "-m", cfg.openrlhf.trainer] + openrlhf_args(
         cfg,
         policy_path=policy_path,
         prompt_data=prompt_data,
+        layout=layout,
         vision=vision,
         reward_file=reward_file,
         eval_data=eval_data,
     )
+    inputs = dict(inputs) if inputs is not None else {"policy": policy_path, "prompts": prompt_data}
+    env = runtime_env(cfg, reward_variant, layout, working_dir, reward_options=reward_options, tokenizer=policy_path)
     submit = [
         "ray",
         "job",
         "submit",
         "--address",
-        cfg.openrlhf.ray_address,
+        ray_address(cfg),
+        "--submission-id",
+        submission_id,
         "--runtime-env-json",
-        json.dumps(runtime_env(cfg, reward_variant, working_dir, reward_options=reward_options), sort_keys=True),
+        json.dumps(env, sort_keys=True),
         "--",
-        *train,
+        *job_entrypoint(cfg, train, layout, inputs, submission_id),
     ]
     return train, submit
 
@@ -326,82 +419,16 @@ def write_prompt_data(
     return len(records), any_image
 
 
-def compose_job_config(overrides: Sequence[str], config_dir: str | Path = "conf") -> dict:
-    """The pipeline's config as the ``grpo`` stage would see it under ``grpo=openrlhf``: ``conf/`` composed by
-    Hydra (the same composition as ``make params`` / ``dvc exp run -S``) with ``grpo=openrlhf`` first and then
-    ``overrides``, so ``make grpo-cluster`` and the stage cannot launch different jobs."""
-    from embodied_rft.params import compose
-
-    return compose(config_dir, ["grpo=openrlhf", *overrides])
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m embodied_rft.train.openrlhf.job", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "overrides", nargs="*", help="Hydra overrides of conf/ (e.g. grpo.group_size=16 experiment=paper_qwen25vl_7b)"
-    )
-    p.add_argument("--config-dir", default="conf", help="the Hydra config folder")
-    p.add_argument("--policy", default="models/sft", help="policy path as the cluster sees it")
-    p.add_argument("--train-samples", default="data/decomposed/train.jsonl")
-    p.add_argument("--prompt-data", default="data/openrlhf/train.jsonl", help="where the OpenRLHF prompt JSONL goes")
-    p.add_argument("--working-dir", default=".")
-    p.add_argument("--dry-run", action="store_true", help="print the command instead of submitting it")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        composed = compose_job_config(args.overrides, args.config_dir)
-        reward = build(RewardConfig, composed.get("reward") or {}, "reward")
-        cfg = build(GRPOConfig, composed["grpo"], "grpo")
-        vision = False
-        if Path(args.train_samples).exists():
-            if args.dry_run:
-                vision = any(rec.get("image") for _, rec in iter_jsonl(args.train_samples))
-            else:
-                n, vision = write_prompt_data(args.train_samples, args.prompt_data)
-                log.info("wrote %d prompts to %s", n, args.prompt_data)
-        elif not args.dry_run:
-            raise DataError(f"{args.train_samples}: not found (run `dvc repro decompose` first)")
-        _, submit = build_openrlhf_job(
-            cfg,
-            policy_path=args.policy,
-            prompt_data=args.prompt_data,
-            reward_variant=reward.variant,
-            vision=vision,
-            working_dir=args.working_dir,
-            reward_options=openrlhf_options(reward),
-        )
-    except (ConfigError, DataError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # Hydra / OmegaConf composition errors (an unknown key, a bad override)
-        if type(exc).__module__.split(".")[0] not in ("hydra", "omegaconf"):
-            raise
-        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 2
-    first = Path(args.policy).parts[0] if not Path(args.policy).is_absolute() and Path(args.policy).parts else ""
-    if first and any(Path(first).match(x) for x in DEFAULT_EXCLUDES) and Path(args.policy).exists():
-        log.warning(
-            "--policy %s is a local folder the job does not upload (%s/ is excluded: models are too big for Ray's "
-            "working_dir); pass a path on the cluster's shared filesystem or a hub id",
-            args.policy,
-            first,
-        )
-    if args.dry_run:
-        print(shlex.join(submit))
-        return 0
-    return subprocess.call(submit)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 __all__ = [
+    "DRIVER_ENV",
     "REWARD_FILE",
+    "JobLayout",
     "build_openrlhf_job",
     "check_batches",
     "filter_flags",
+    "job_entrypoint",
     "openrlhf_args",
+    "ray_address",
     "runtime_env",
     "write_prompt_data",
 ]

@@ -22,13 +22,24 @@ The reward variant comes from ``EMBODIED_RFT_REWARD_VARIANT`` (set by the job's 
 ``EMBODIED_RFT_REWARD_OPTIONS``, reflection tokens are the tokenizer's at ``EMBODIED_RFT_TOKENIZER`` (a local
 checkpoint folder; words without it), and ``reflection_tokens`` joins the logged terms. Departure from the RR code: it parsed the response after
 ``"assistant\\n"`` with a bare ``json.loads``; here the tolerant parser of the ``paper`` variant applies.
+
+With ``EMBODIED_RFT_REWARD_LOG`` set (the ``grpo`` stage sets it to a folder on the shared filesystem), every scored
+sample is also appended, as one JSON line, to ``<folder>/<host>-<pid>.jsonl``: the time, a digest of the prompt
+(what groups the G samples of one prompt), the reward, the score and the terms. The stage reads them back per
+rollout batch (:mod:`.logs`). OpenRLHF calls this function from threads of several processes, hence one file per
+process, a lock per file and one write per line. A failure to record is logged once and never stops scoring.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
+import socket
 import sys
+import threading
+import time
 from pathlib import Path
 
 import torch
@@ -101,6 +112,37 @@ def _one(query: object, prompt: object, label: object, variant: str) -> tuple[fl
         return 0.0, 0.0, dict.fromkeys(keys, 0.0)
 
 
+_RECORD_LOCK = threading.Lock()
+_RECORD_STATE: dict[str, object] = {}
+
+
+def _record(prompts: list, results: list) -> None:
+    """Append one line per scored sample to ``EMBODIED_RFT_REWARD_LOG`` (module docstring); never raises."""
+    folder = os.environ.get("EMBODIED_RFT_REWARD_LOG")
+    if not folder or _RECORD_STATE.get("broken"):
+        return
+    try:
+        now = time.time()
+        lines = []
+        for prompt, (total, score, extra) in zip(prompts, results):
+            digest = hashlib.sha256(str(prompt).encode("utf-8", "replace")).hexdigest()[:16]
+            lines.append(json.dumps({"t": now, "prompt": digest, "reward": total, "score": score, **extra}))
+        with _RECORD_LOCK:
+            fh = _RECORD_STATE.get("fh")
+            if fh is None or _RECORD_STATE.get("at") != (os.getpid(), folder):
+                if fh is not None and _RECORD_STATE.get("at", (None,))[0] == os.getpid():
+                    fh.close()
+                Path(folder).mkdir(parents=True, exist_ok=True)
+                name = f"{socket.gethostname()}-{os.getpid()}.jsonl"
+                fh = open(Path(folder) / name, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the process
+                _RECORD_STATE.update(fh=fh, at=(os.getpid(), folder))
+            fh.write("".join(line + "\n" for line in lines))
+            fh.flush()
+    except Exception:  # noqa: BLE001 - recording must never stop scoring
+        _RECORD_STATE["broken"] = True
+        log.warning("cannot append reward records to %s; scoring goes on without them", folder, exc_info=True)
+
+
 def reward_func(queries, prompts, labels, **kwargs) -> dict:
     """OpenRLHF's reward-file entry point (module docstring). Never raises."""
     try:
@@ -114,6 +156,7 @@ def reward_func(queries, prompts, labels, **kwargs) -> dict:
         prompts += [""] * (n - len(prompts))
         labels += [""] * (n - len(labels))
         results = [_one(q, p, lab, variant) for q, p, lab in zip(queries, prompts, labels)]
+        _record(prompts, results)
     except Exception:  # noqa: BLE001
         log.warning("reward_func failed on the whole batch; scoring 0", exc_info=True)
         try:

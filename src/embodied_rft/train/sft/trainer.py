@@ -130,9 +130,20 @@ def _training_args(cfg: SFTConfig, work_dir: Path, run_name: str) -> Any:
         include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=cfg.dataloader_workers,
         train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
-        use_cpu=cfg.device == "cpu",
+        use_cpu=_use_cpu(cfg),
         disable_tqdm=False,
     )
+
+
+def _use_cpu(cfg: SFTConfig) -> bool:
+    """``sft.device: cpu``, or ``auto`` in one of several processes (``accelerate launch``, torchrun) on a machine
+    without CUDA: accelerate joins the processes in a gloo group only when told the device is the CPU, and would
+    otherwise let each one train alone on the same outputs."""
+    if cfg.device == "cpu":
+        return True
+    import torch
+
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
 
 
 def _finish_wandb(cfg: SFTConfig) -> None:
@@ -334,6 +345,9 @@ def run_sft(
             "session_tokens": throughput.tokens,
             "train_time_s": round(throughput.seconds, 3),
             "tokens_per_s": round(throughput.tokens / throughput.seconds, 1) if throughput.seconds > 0 else None,
+            # processes of the run (accelerate launch) and how they were joined (NO, MULTI_CPU, MULTI_GPU, DEEPSPEED)
+            "processes": trainer.accelerator.num_processes,
+            "distributed_type": str(trainer.accelerator.distributed_type).split(".")[-1],
             "trainable_params": trainable,
             "frozen_vision_params": setup.frozen_vision_params,
             "total_params": total,
