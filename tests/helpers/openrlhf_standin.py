@@ -21,7 +21,7 @@ CPU:
   model and tokenizer: ``config.json``, ``model.safetensors``, ``generation_config.json``, tokenizer files).
 
 ``EMBODIED_RFT_STANDIN_FAIL=1`` makes it crash after training with a half-written output folder (no weights), for
-the failing-job tests.
+the failing-job tests; ``EMBODIED_RFT_STANDIN_SLEEP=S`` makes it wait S seconds before training (a job to stop).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -114,6 +115,7 @@ def main(argv: list[str]) -> int:
     logger = init_logger("openrlhf.trainer.ppo_trainer")
     args = parse_train_ppo_ray(argv)
     print(f"stand-in trainer (not OpenRLHF's): cwd {os.getcwd()}", flush=True)
+    time.sleep(float(os.environ.get("EMBODIED_RFT_STANDIN_SLEEP", "0")))
     # every path, from here
     _, tok = load_model(args.actor.model_name_or_path)
     strategy = SimpleNamespace(args=args, is_rank_0=lambda: True, print=lambda *a: None)

@@ -13,6 +13,9 @@ import csv
 import json
 import os
 import shutil
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -146,13 +149,7 @@ def test_an_input_the_job_cannot_see_fails_the_stage_naming_it(head, tmp_path, r
     p = _workspace(tmp_path)
     before = _previous_outputs(p)
     gcfg = _cfg(tmp_path, head.address)
-    stage = cluster.OpenRLHFStage(gcfg, RewardConfig(), p, "paths.sft_model")
-    plan = cluster.plan_job(
-        gcfg, RewardConfig(), policy_dir=p.sft_model, policy_key="paths.sft_model",
-        train_path=stage.train, image_root=None, work_dir=p.work_dir,
-    )  # fmt: skip
-    cluster.prepare_job(plan)
-    cluster.write_job_prompts(stage.train, None, gcfg, plan.layout.prompts, None)
+    plan = cluster.OpenRLHFStage(gcfg, RewardConfig(), p, "paths.sft_model").prepare(None)
     os.rename(p.sft_model, p.sft_model + ".elsewhere")  # what a node that does not mount the shared root sees
     with pytest.raises(StageFailed) as err:
         cluster.submit_and_wait(plan, (p.grpo_model,))
@@ -170,6 +167,32 @@ def test_a_failing_trainer_fails_the_stage_and_leaves_the_outputs(head, tmp_path
     with pytest.raises(StageFailed, match=r"ended FAILED .*failing on purpose.*are unchanged"):
         cluster.OpenRLHFStage(gcfg, RewardConfig(), p, "paths.sft_model").run(None)
     assert {f: tree_digest(Path(f)) for f in before} == before
+
+
+def test_an_interrupted_stage_stops_its_job(head, tmp_path, repo_cwd):
+    """Ctrl-C in the stage while its job trains: the stage stops the job on the cluster instead of leaving it
+    running after the stage has gone."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    p = _workspace(tmp_path)
+    gcfg = _cfg(tmp_path, head.address, EMBODIED_RFT_STANDIN_SLEEP="300")
+    plan = cluster.OpenRLHFStage(gcfg, RewardConfig(), p, "paths.sft_model").prepare(None)
+    client = JobSubmissionClient(head.address)
+
+    def interrupt_once_training() -> None:  # the entrypoint wrote its record: the trainer is running
+        deadline = time.time() + 120
+        while time.time() < deadline and not plan.layout.record.exists():
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_training, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        cluster.submit_and_wait(plan, ())
+    assert plan.layout.record.exists()
+    deadline = time.time() + 60
+    while time.time() < deadline and not client.get_job_status(plan.submission_id).is_terminal():
+        time.sleep(0.5)
+    assert client.get_job_status(plan.submission_id) == JobStatus.STOPPED
 
 
 def test_an_input_outside_the_shared_root_is_refused_before_submitting(tmp_path, repo_cwd):

@@ -120,14 +120,12 @@ def _run(
         if cfg.eval_max_samples
         else []
     )
-    fp = fingerprint(
-        {
-            "config": config_identity(cfg),
-            "reward": reward_identity(reward),
-            "policy": path_identity(policy_dir),
-            "train": path_identity(train_samples_path),
-            "states": fingerprint([(s["sample_id"], s["label"]) for s in states[0]]) if states is not None else None,
-        }
+    fp = run_key(
+        cfg,
+        reward,
+        path_identity(policy_dir),
+        path_identity(train_samples_path),
+        states[0] if states is not None else None,
     )
     eng = GRPOEngine(
         cfg, policy_dir, train, val, work_dir, reward, Path(train_samples_path).parent, fp, hooks, executor, anchors
@@ -244,6 +242,21 @@ def select_decomposed(samples: list[dict], which: str, where: object) -> list[di
             f"{where}: no recovery samples for grpo.decomposed_prompts=recovery; set decompose.recovery_per_episode"
         )
     return kept
+
+
+def run_key(cfg: GRPOConfig, reward: RewardConfig, policy: Any, train: Any, states: list[dict] | None) -> str:
+    """The digest of a GRPO run's inputs: config, reward, the policy's and train samples' identities
+    (``core.digest.path_identity``) and the on-policy states mixed in. It names the local engine's checkpoints and
+    the cluster job's folder (``train/openrlhf/cluster.py``), so a rerun with the same inputs resumes either."""
+    return fingerprint(
+        {
+            "config": config_identity(cfg),
+            "reward": reward_identity(reward),
+            "policy": policy,
+            "train": train,
+            "states": fingerprint([(s["sample_id"], s["label"]) for s in states]) if states is not None else None,
+        }
+    )
 
 
 def config_identity(cfg: GRPOConfig) -> dict:

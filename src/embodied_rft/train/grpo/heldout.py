@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from embodied_rft.evaluate.aggregate import mcnemar_exact, paired, paired_diff_ci
@@ -163,15 +163,18 @@ def heldout_means(ev: dict) -> dict:
 
 
 def check_checkpoint(
-    policy_dir: Any, val_samples: Sequence[dict], cfg: Any, reward: RewardConfig, image_root: Any
+    policy_dir: Any,
+    val_samples: Sequence[dict],
+    cfg: Any,
+    scorer: Callable[[Callable[[str], int]], Any],
+    image_root: Any,
 ) -> dict:
-    """The local engine's held-out check (:func:`evaluate_greedy` with ``grpo``'s eval settings, the policy's own
-    token counter for the regrpo reward) on a saved checkpoint: how the stage checks a model trained elsewhere (the
-    OpenRLHF job) the same way it checks its own."""
+    """The local engine's held-out check (:func:`evaluate_greedy` with ``grpo``'s eval settings) on a saved
+    checkpoint: how the stage checks a model trained elsewhere (the OpenRLHF job) the same way it checks its own.
+    ``scorer(count_tokens)`` returns the reward the engine would bind to this checkpoint's token counter."""
     import torch
 
     from embodied_rft.models import load_model
-    from embodied_rft.regrpo.reward import BoundReward
     from embodied_rft.train.grpo.rollout import PolicyIO, make_sampler
 
     if not val_samples:
@@ -182,7 +185,7 @@ def check_checkpoint(
     model = model.to(device).eval()
     io = PolicyIO(tok, cfg.max_prompt_tokens, image_root)
     io.add_model_eos(model)
-    bound = BoundReward(reward, lambda text: len(io.tokenizer(text, add_special_tokens=False)["input_ids"]))
+    bound = scorer(lambda text: len(io.tokenizer(text, add_special_tokens=False)["input_ids"]))
     prompts = [io.encode(s, i) for i, s in enumerate(val_samples)]
     with torch.no_grad():
         return evaluate_greedy(

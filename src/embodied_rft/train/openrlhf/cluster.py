@@ -49,12 +49,11 @@ from embodied_rft.core.metrics import write_metrics
 from embodied_rft.core.subset import seeded_subset
 from embodied_rft.data.jsonl import iter_jsonl
 from embodied_rft.filtering import openrlhf_keep
-from embodied_rft.regrpo.reward import identity as reward_identity
-from embodied_rft.regrpo.reward import openrlhf_options
+from embodied_rft.regrpo.reward import BoundReward, openrlhf_options
 from embodied_rft.reward import RewardConfig
 from embodied_rft.schema import read_samples
-from embodied_rft.train.grpo.checkpoint import fingerprint
 from embodied_rft.train.grpo.config import GRPOConfig
+from embodied_rft.train.grpo.driver import run_key
 from embodied_rft.train.grpo.heldout import check_checkpoint, heldout_block
 from embodied_rft.train.grpo.log import RunTracker
 from embodied_rft.train.openrlhf import logs
@@ -77,7 +76,6 @@ class JobPlan:
     submission id and both argvs."""
 
     layout: JobLayout
-    root: Path
     inputs: dict[str, Path]
     copies: dict[str, Path]
     image_prefix: str | None
@@ -147,25 +145,16 @@ def plan_job(
     train_path: str | Path,
     image_root: str | Path | None,
     work_dir: str,
-    states_id: str | None = None,
+    states: list[dict] | None = None,
     workspace: str | Path | None = None,
 ) -> JobPlan:
     """Step 1 of the module docstring. ``policy_key`` is the path key the policy came from (``paths.sft_model``);
-    ``image_root`` the folder the samples' image paths are relative to, None for a text model; ``states_id`` a
-    digest of the on-policy states mixed into the prompts. Raises ConfigError for an input the job could not see."""
+    ``image_root`` the folder the samples' image paths are relative to, None for a text model; ``states`` the
+    on-policy states mixed into the prompts. The folder's key is the local engine's :func:`~..grpo.driver.run_key`.
+    Raises ConfigError for an input the job could not see."""
     ws = Path(workspace or os.getcwd()).absolute()
     root, shared, copied = resolve_inputs(gcfg, policy_dir, policy_key, image_root, ws)
-    from embodied_rft.train.grpo.driver import config_identity
-
-    key = fingerprint(
-        {
-            "config": config_identity(gcfg),
-            "reward": reward_identity(reward),
-            "policy": _identity(ws / policy_dir),
-            "train": _identity(ws / train_path),
-            "states": states_id,
-        }
-    )
+    key = run_key(gcfg, reward, _identity(ws / policy_dir), _identity(ws / train_path), states)
     layout = JobLayout.under(root, work_dir, key)
     inputs = {**shared, **{name: layout.inputs / name for name in copied}, "prompts": layout.prompts}
     sid = f"embodied-rft-grpo-{key}-{time.strftime('%Y%m%dT%H%M%S')}"
@@ -181,7 +170,7 @@ def plan_job(
         reward_options=openrlhf_options(reward),
     )
     prefix = str(inputs["images"]) if image_root is not None else None
-    return JobPlan(layout, root, inputs, copied, prefix, ray_address(gcfg), sid, train, submit)
+    return JobPlan(layout, inputs, copied, prefix, ray_address(gcfg), sid, train, submit)
 
 
 def write_job_prompts(
@@ -331,30 +320,38 @@ class OpenRLHFStage:
         )
         resolve_inputs(gcfg, self.policy_dir, policy_key, self.image_root, Path.cwd().absolute())
 
-    def run(self, states: tuple[list[dict], dict] | None) -> dict[str, Any]:
-        gcfg, reward, paths = self.gcfg, self.reward, self.paths
-        t0 = time.time()
-        states_id = fingerprint([(s["sample_id"], s["label"]) for s in states[0]]) if states is not None else None
+    def prepare(self, states: tuple[list[dict], dict] | None) -> JobPlan:
+        """Steps 1-2: the job's plan, its folder made ready, the prompts written there."""
         plan = plan_job(
-            gcfg,
-            reward,
+            self.gcfg,
+            self.reward,
             policy_dir=self.policy_dir,
             policy_key=self.policy_key,
             train_path=self.train,
             image_root=self.image_root,
-            work_dir=paths.work_dir,
-            states_id=states_id,
+            work_dir=self.paths.work_dir,
+            states=states[0] if states is not None else None,
         )
         prepare_job(plan)
-        write_job_prompts(self.train, states, gcfg, plan.layout.prompts, plan.image_prefix)
+        write_job_prompts(self.train, states, self.gcfg, plan.layout.prompts, plan.image_prefix)
+        return plan
+
+    def run(self, states: tuple[list[dict], dict] | None) -> dict[str, Any]:
+        gcfg, reward, paths = self.gcfg, self.reward, self.paths
+        t0 = time.time()
+        plan = self.prepare(states)
         outputs = (paths.grpo_model, paths.metrics("grpo"), paths.plot("grpo.csv"))
         wall = submit_and_wait(plan, outputs)
         got = collect(plan, gcfg)
         if not got["steps"]:
             log.warning("the job logged no training step (no `Global step` line in %s)", plan.layout.log)
         root = self.val_path.parent
-        before = check_checkpoint(self.policy_dir, self.val, gcfg, reward, root) if self.val else None
-        after = check_checkpoint(plan.layout.model, self.val, gcfg, reward, root) if self.val else None
+
+        def scorer(count_tokens):  # as the local engine binds it: the checkpoint's own token counter
+            return BoundReward(reward, count_tokens)
+
+        before = check_checkpoint(self.policy_dir, self.val, gcfg, scorer, root) if self.val else None
+        after = check_checkpoint(plan.layout.model, self.val, gcfg, scorer, root) if self.val else None
         metrics = logs.job_metrics(
             plan.job_identity(), gcfg, got, heldout_block(before, after, gcfg.seed), wall, time.time() - t0
         )

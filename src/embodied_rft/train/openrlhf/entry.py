@@ -90,10 +90,8 @@ def has_checkpoint(folder: Path) -> bool:
 
 
 def _output_dir(train: Sequence[str]) -> Path | None:
-    for flag in ("--ckpt.output_dir", "--save_path"):
-        if flag in train and train.index(flag) + 1 < len(train):
-            return Path(train[train.index(flag) + 1])
-    return None
+    flag = "--ckpt.output_dir"
+    return Path(train[train.index(flag) + 1]) if flag in train[:-1] else None
 
 
 def _openrlhf_version() -> str | None:

@@ -21,7 +21,6 @@ are exact.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 import math
 import re
@@ -29,6 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from embodied_rft.config import as_dict
 from embodied_rft.data.jsonl import DataError
 from embodied_rft.train.grpo.heldout import HELDOUT_HEADLINE
 
@@ -237,7 +237,7 @@ def job_metrics(
         },
         "rewards": got["rewards"],
         "final": rows[-1] if rows else {},
-        "config": dataclasses.asdict(gcfg),
+        "config": as_dict(gcfg),
         "history": rows,
         "rollout_batches": got["batches"],
         "wall_s": round(total, 3),
