@@ -4,7 +4,8 @@ Each ``bench/bench_*.py`` exposes ``run(...) -> list[dict]`` rows with ``bench``
 (``value`` or ``per_s``), ``unit``, and ``ratio`` against what it is compared with (``vs``, or the
 project's ``floor``). World, reward and ALFRED rows compare with a floor; SFT, GRPO, evaluation and
 decomposition rows compare with a reference implementation run side by side on the same inputs; Best-of-N rows
-(``bench_bon``) give each selector's cost per planner call as a multiple of greedy's.
+(``bench_bon``) give each selector's cost per planner call as a multiple of greedy's; the chat server's rows
+(``bench_serve``) give clients opening a connection per request against clients keeping one alive.
 ``--quick`` shrinks every benchmark (a smoke run, not a measurement).
 """
 
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         default=None,
         help="comma-separated benchmark names (world, reward, decompose, alfred, sft, "
-        "sampler, grpo, eval, play, bon); default: all",
+        "sampler, grpo, eval, play, bon, serve); default: all",
     )
     ap.add_argument("--json", default=None, help="also write all rows here (bench, case, value, unit, ratio, vs)")
     args = ap.parse_args(argv)
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         ("bench_eval", lambda m: m.run(episodes=20 if q else 60, model_episodes=4 if q else 16)),
         ("bench_play", lambda m: m.run(episodes=24 if q else 150)),
         ("bench_bon", lambda m: m.run(episodes=8 if q else 24, max_new_tokens=120 if q else 160)),
+        ("bench_serve", lambda m: m.run(clients=8 if q else 32, requests=2 if q else 5)),
     ]
     if args.only:
         wanted = {f"bench_{n.strip()}" for n in args.only.split(",") if n.strip()}

@@ -1,21 +1,29 @@
 """What a hostile or careless client can do to the server, and what it gets back: a 400
 ``context_length_exceeded`` for a prompt the model cannot hold, a 4xx for every client mistake, generation stopped
-when the client leaves or the request's time runs out, a bounded number of connections, case-insensitive auth, and
-no public bind without a token."""
+when the client leaves or the request's time runs out, a bounded number of requests at once, case-insensitive auth,
+and no public bind without a token. Connections (issue 63): a burst of fresh connections is queued by a listen
+backlog of 128 or more, not reset; sockets trickling their headers neither take request slots nor outlive the
+header deadline; the token is checked from the headers before any body is read; generation runs on one worker
+thread whatever the connection pattern."""
 
 from __future__ import annotations
 
+import collections
 import json
 import socket
+import struct
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
 from embodied_rft.generation import GenerationConfig, make_generator
 from embodied_rft.generation.base import Completion, GenerationCancelled
-from embodied_rft.tools.serve import ChatServer, ServeConfig, main
+from embodied_rft.tools.serve import ChatServer, ServeConfig, _parse_args, main
 from tests.helpers import tiny_checkpoints as tc
 
 TOKEN = "limits-token"
@@ -173,21 +181,366 @@ def test_a_client_that_leaves_stops_its_generation():
         server.shutdown()
 
 
-def test_connections_beyond_the_limit_get_503_at_once(gen):
-    server = _server(gen, max_connections=2, timeout_s=5)
+def _stalled_request(server, n: int = 100) -> socket.socket:
+    """A connection whose request head is complete and whose body never comes: it holds a request slot."""
     u = urlparse(server.url)
-    idle = [socket.create_connection((u.hostname, u.port)) for _ in range(2)]  # hold both slots
+    s = socket.create_connection((u.hostname, u.port))
+    s.sendall(
+        (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"Content-Length: {n}\r\n\r\n"
+        ).encode()
+    )
+    return s
+
+
+def test_requests_beyond_the_limit_get_503_at_once(gen):
+    server = _server(gen, max_connections=2, timeout_s=5)
+    held = [_stalled_request(server) for _ in range(2)]  # both slots: heads complete, bodies awaited
     try:
         time.sleep(0.2)
         t0 = time.monotonic()
         status, body = _post(server, _chat("find a Apple", max_tokens=2), timeout=5)
         assert status == 503 and body["error"]["code"] == "server_busy" and time.monotonic() - t0 < 2
     finally:
-        for s in idle:
+        for s in held:
             s.close()
     time.sleep(0.3)
     try:
         assert _post(server, _chat("find a Apple", max_tokens=2))[0] == 200  # slots come back
+    finally:
+        server.shutdown()
+
+
+# ---- connections (issue 63) ---------------------------------------------------------------------------------
+def _kernel_backlog(sock: socket.socket) -> int:
+    """The accept-queue limit the kernel holds for a listening socket: Linux's tcp_info reports it in
+    ``tcpi_sacked`` (offset 28) for a socket in LISTEN."""
+    return struct.unpack_from("I", sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104), 28)[0]
+
+
+def test_the_listen_backlog_is_at_least_128_by_default_and_configurable():
+    default = ServeConfig().backlog
+    assert default >= 128
+    assert _parse_args(["--model", "m"]).backlog == default
+    assert _parse_args(["--model", "m", "--backlog", "300"]).backlog == 300
+    somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text()) if sys.platform == "linux" else None
+    for cfg in (ServeConfig(model_name="m"), ServeConfig(model_name="m", backlog=200)):
+        server = ChatServer(object(), cfg, "127.0.0.1", 0)
+        try:
+            assert server.httpd.listen_backlog == cfg.backlog  # what server_activate passed to listen()
+            if somaxconn is not None:
+                assert _kernel_backlog(server.httpd.socket) == min(cfg.backlog, somaxconn)
+        finally:
+            server.shutdown()
+    assert main(["--model", str(tc.text_model()), "--port", "0", "--backlog", "0"]) == 2
+
+
+# 32 clients in a process of their own (its own GIL, so their connects really do arrive at once), started together,
+# each sending 5 requests with http.client, a new connection for each; prints every request's status or error
+_BURST_CLIENTS = """
+import http.client, json, sys, threading
+port, token = int(sys.argv[1]), sys.argv[2]
+body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "find a Apple"}], "max_tokens": 2})
+out, start = [], threading.Barrier(32)
+def client():
+    start.wait()
+    for _ in range(5):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            conn.request("POST", "/v1/chat/completions", body, {"Authorization": "Bearer " + token})
+            resp = conn.getresponse()
+            out.append(resp.status if json.loads(resp.read())["usage"]["completion_tokens"] == 2 else "short")
+        except (OSError, http.client.HTTPException) as exc:
+            out.append(type(exc).__name__)
+        finally:
+            conn.close()
+threads = [threading.Thread(target=client) for _ in range(32)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps(out))
+"""
+
+
+def test_a_burst_of_fresh_connections_is_answered_in_full(gen):
+    """32 clients x 5 requests, a new connection per request, all at once: 160 of 160 answered. (A backlog of 5
+    reset 10-34 of them here: past it the kernel answers SYNs with cookies, and a cookie's ACK that finds the
+    accept queue full is reset; the backlog is now 512, drained by one accept loop.)"""
+    server = _server(gen)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _BURST_CLIENTS, str(urlparse(server.url).port), TOKEN],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        statuses = json.loads(done.stdout)
+        assert len(statuses) == 160 and statuses.count(200) == 160, collections.Counter(map(str, statuses))
+    finally:
+        server.shutdown()
+
+
+def _tricklers(server, n: int, stop: threading.Event, every_s: float, sent: list[int]) -> threading.Thread:
+    """``n`` connections, no token, that send a request head one byte every ``every_s`` seconds; ``sent[i]``
+    counts the bytes connection i got out before the server cut it (or ``stop``)."""
+    u = urlparse(server.url)
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 400 + b"\r\n\r\n"
+    socks = [socket.create_connection((u.hostname, u.port)) for _ in range(n)]
+    sent[:] = [0] * n
+
+    def run() -> None:
+        try:
+            while not stop.is_set():
+                for i, s in enumerate(socks):
+                    if sent[i] >= 0 and sent[i] < len(head) - 4:  # never completes the head
+                        try:
+                            s.sendall(head[sent[i] : sent[i] + 1])
+                            sent[i] += 1
+                        except OSError:
+                            sent[i] = -sent[i] - 1  # cut: -(bytes sent) - 1
+                stop.wait(every_s)
+        finally:
+            for s in socks:
+                s.close()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.socks = socks  # type: ignore[attr-defined]
+    t.start()
+    return t
+
+
+def test_trickling_sockets_do_not_lock_out_a_valid_request(gen):
+    """32 connections trickle their headers (no token) while their deadline is far off: they hold no request
+    slot, and a request with the token is answered 200 while all 32 are still open."""
+    server = _server(gen, max_connections=32, header_timeout_s=60)
+    stop, sent = threading.Event(), []
+    t = _tricklers(server, 32, stop, 0.2, sent)
+    try:
+        time.sleep(0.6)
+        status, body = _post(server, _chat("find a Apple", max_tokens=2), timeout=30)
+        assert status == 200 and body["usage"]["completion_tokens"] == 2
+        assert all(n > 0 for n in sent)  # every trickler still connected and sending
+        for s in t.socks:  # and none was answered or closed: nothing to read yet
+            s.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                s.recv(1)
+    finally:
+        stop.set()
+        t.join(5)
+        server.shutdown()
+
+
+def test_a_trickler_is_cut_at_the_header_deadline_not_per_byte(gen):
+    """A byte every 0.2 s keeps a per-read timeout of 0.5 s satisfied for ever; the header deadline (1 s in all)
+    cuts the connection with 408 after about 5 bytes of its 440-byte head (the client gives up at 40), and the
+    server answers the next client."""
+    server = _server(gen, header_timeout_s=1.0, timeout_s=0.5)
+    u = urlparse(server.url)
+    s = socket.create_connection((u.hostname, u.port), timeout=30)
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 400 + b"\r\n\r\n"
+    sent, answer = 0, b""
+    try:
+        s.setblocking(False)
+        while sent < 40:
+            try:
+                chunk = s.recv(65536)
+                answer += chunk
+                if not chunk:
+                    break  # closed
+                continue
+            except BlockingIOError:
+                pass
+            try:
+                s.send(head[sent : sent + 1])
+            except OSError:
+                break
+            sent += 1
+            time.sleep(0.2)
+        s.settimeout(10)
+        try:
+            while chunk := s.recv(65536):
+                answer += chunk
+        except OSError:
+            pass
+        assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "request_timeout"
+        assert 0 < sent < 40  # cut after ~5 bytes (1 s at 5 bytes/s), far short of the head
+        assert _post(server, _chat("find a Apple", max_tokens=2))[0] == 200
+    finally:
+        s.close()
+        server.shutdown()
+
+
+def _head_only(server, auth: str, length: int, extra: str = "") -> socket.socket:
+    u = urlparse(server.url)
+    s = socket.create_connection((u.hostname, u.port), timeout=10)
+    s.sendall(
+        (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\n"
+            f"Content-Length: {length}\r\n{extra}\r\n"
+        ).encode()
+    )
+    return s
+
+
+def _read_answer(s: socket.socket) -> tuple[int, dict, bytes]:
+    """(status, JSON body, everything read) of one answer that closes the connection."""
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    return int(data.split(b" ", 2)[1]), json.loads(data.split(b"\r\n\r\n", 1)[1]), data
+
+
+def test_the_token_is_checked_before_the_body_is_read(gen):
+    """A wrong token with a large body that stalls gets 401 from its headers alone (the server waits 30 s for a
+    body it means to read), and no ``100 Continue`` invites the body; the right token does get it."""
+    server = _server(gen, timeout_s=30)
+    try:
+        s = _head_only(server, "Bearer wrong", 1_000_000)
+        s.sendall(b'{"model": "m", "mess')  # and then nothing: a reader of the body would wait 30 s
+        status, body, _ = _read_answer(s)  # the socket gives up after 10 s
+        assert status == 401 and body["error"]["code"] == "invalid_api_key"
+        s.close()
+        s = _head_only(server, "Bearer wrong", 1_000_000, "Expect: 100-continue\r\n")
+        status, body, raw = _read_answer(s)
+        assert status == 401 and b"100 Continue" not in raw
+        s.close()
+        payload = json.dumps(_chat("find a Apple", max_tokens=2)).encode()
+        s = _head_only(server, f"Bearer {TOKEN}", len(payload), "Expect: 100-continue\r\nConnection: close\r\n")
+        assert s.recv(4096) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        s.sendall(payload)
+        status, body, _ = _read_answer(s)
+        assert status == 200 and body["usage"]["completion_tokens"] == 2
+        s.close()
+    finally:
+        server.shutdown()
+
+
+class RecordingGenerator:
+    """Answers at once and records, per call, the thread it ran on, torch's thread count there, and how many
+    calls overlapped."""
+
+    supports_images = False
+
+    def __init__(self) -> None:
+        self.threads: list[tuple[int, str, int]] = []
+        self.running = self.most_at_once = 0
+        self._lock = threading.Lock()
+
+    def complete(
+        self, batch, images=None, *, max_new_tokens=None, temperature=None, top_p=None, n=1, seed=None, should_stop=None
+    ):
+        import torch
+
+        with self._lock:
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        time.sleep(0.005)
+        cur = threading.current_thread()
+        self.threads.append((cur.ident, cur.name, torch.get_num_threads()))
+        with self._lock:
+            self.running -= 1
+        text = batch[0][-1]["content"]
+        return [[Completion(text=text, prompt_tokens=3, completion_tokens=1, finish_reason="stop")]]
+
+
+def test_generation_runs_on_one_worker_thread_with_its_thread_count_set_there():
+    import torch
+
+    rec = RecordingGenerator()
+    server = _server(rec, threads=2)
+    try:
+
+        def client(k: int) -> None:
+            for j in range(3):  # a fresh connection per request
+                assert _post(server, _chat(f"c{k}-{j}"))[1]["choices"][0]["message"]["content"] == f"c{k}-{j}"
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(rec.threads) == 12 and rec.most_at_once == 1
+        assert {(ident, name) for ident, name, _ in rec.threads} == {(server.worker._thread.ident, "chat-generation")}
+        assert {n for _, _, n in rec.threads} == {2}
+    finally:
+        server.shutdown()
+        torch.set_num_threads(1)
+
+
+def test_pipelined_requests_on_one_kept_alive_connection_are_answered_in_order():
+    """Three requests in one write on one connection: three answers in order; the connection, then idle past the
+    header deadline, is closed without a byte (nothing was asked, so no 408)."""
+    server = _server(RecordingGenerator(), header_timeout_s=1.0)
+    u = urlparse(server.url)
+    reqs = b""
+    for k in range(3):
+        raw = json.dumps(_chat(f"r{k}")).encode()
+        reqs += (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"Content-Length: {len(raw)}\r\n\r\n"
+        ).encode() + raw
+    try:
+        with socket.create_connection((u.hostname, u.port), timeout=10) as s:
+            s.sendall(reqs)  # all three at once, in one write
+            data, answers = b"", []
+            while len(answers) < 3:
+                data += s.recv(65536)
+                while b"\r\n\r\n" in data:
+                    head, rest = data.split(b"\r\n\r\n", 1)
+                    n = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                    if len(rest) < n:
+                        break
+                    answers.append((int(head.split(b" ", 2)[1]), json.loads(rest[:n])))
+                    data = rest[n:]
+            while chunk := s.recv(65536):  # EOF once idle past the deadline (the socket gives up after 10 s)
+                data += chunk
+        assert data == b""
+        assert [(st, b["choices"][0]["message"]["content"]) for st, b in answers] == [
+            (200, "r0"),
+            (200, "r1"),
+            (200, "r2"),
+        ]
+    finally:
+        server.shutdown()
+
+
+def test_pending_connections_have_their_own_cap_and_the_oldest_goes_first():
+    """With room for 4 connections still sending headers, 4 silent ones and then a request: the oldest silent one
+    is closed to make room, the request is answered, the 3 others stay open."""
+    server = _server(RecordingGenerator(), max_pending_connections=4, max_connections=1)
+    u = urlparse(server.url)
+    silent = []
+    try:
+        for _ in range(4):
+            silent.append(socket.create_connection((u.hostname, u.port), timeout=10))
+            time.sleep(0.05)  # accepted in this order
+        status, body = _post(server, _chat("through"))
+        assert status == 200 and body["choices"][0]["message"]["content"] == "through"
+        assert silent[0].recv(1) == b""  # closed, nothing sent
+        for s in silent[1:]:
+            s.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                s.recv(1)
+    finally:
+        for s in silent:
+            s.close()
+        server.shutdown()
+
+
+def test_a_head_past_its_size_limit_gets_431():
+    from embodied_rft.tools.serve import MAX_HEADER_BYTES
+
+    server = _server(RecordingGenerator())
+    u = urlparse(server.url)
+    try:
+        with socket.create_connection((u.hostname, u.port), timeout=10) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nX-Pad: " + b"a" * (MAX_HEADER_BYTES + 10))
+            status, body, _ = _read_answer(s)
+        assert status == 431 and body["error"]["code"] == "headers_too_large"
+        assert _post(server, _chat("after"))[0] == 200
     finally:
         server.shutdown()
 

@@ -53,19 +53,25 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-def kill_at_3_and_resume(cfg: GRPOConfig, data: Path, tmp_path: Path) -> tuple[dict, dict, Path]:
-    """The uninterrupted run, and the same run killed at update 3 (checkpoint every 2) then rerun: (ref, again, root)."""
+def kill_at_3(cfg: GRPOConfig, data: Path, tmp_path: Path) -> tuple[dict, Path]:
+    """The uninterrupted run, and the same run killed at update 3 (checkpoint every 2): (ref, root of the killed)."""
     ref = run(cfg, sft_policy(), data, tmp_path / "ref")
 
     class Killed(RuntimeError):
         pass
 
-    def kill_at_3(info):
+    def at_3(info):
         if info.update == 3:
             raise Killed
 
     root = tmp_path / "killed"
     with pytest.raises(Killed):
-        run(cfg, sft_policy(), data, root, hooks={"on_update": kill_at_3})
+        run(cfg, sft_policy(), data, root, hooks={"on_update": at_3})
     assert (root / "work" / "latest").read_text().strip() == "ckpt-0000002"
+    return ref, root
+
+
+def kill_at_3_and_resume(cfg: GRPOConfig, data: Path, tmp_path: Path) -> tuple[dict, dict, Path]:
+    """:func:`kill_at_3`, then the killed run rerun: (ref, again, root)."""
+    ref, root = kill_at_3(cfg, data, tmp_path)
     return ref, run(cfg, sft_policy(), data, root), root

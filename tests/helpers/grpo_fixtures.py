@@ -20,6 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from embodied_rft.core.integrity import seal_folder
 from embodied_rft.data.prompt import PromptConfig, build_messages
 from embodied_rft.data.response import format_response
 from embodied_rft.schema import format_label
@@ -188,6 +189,7 @@ def fit_on_gold(policy_dir: Path, samples: list[dict], steps: int, lr: float = 5
             opt.step()
             opt.zero_grad()
         model.save_pretrained(policy_dir)
+        seal_folder(policy_dir)  # the folder was copied from a sealed base: seal what it holds now
     finally:
         torch.set_num_threads(threads)
 

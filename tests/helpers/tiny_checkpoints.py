@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from embodied_rft.core.integrity import seal_folder
 from embodied_rft.data.prompt import PromptConfig, build_messages
 from embodied_rft.data.response import format_response
 
@@ -131,6 +132,7 @@ def fitted_model(steps: int = 80) -> Path:
             opt.step()
             opt.zero_grad()
     model.save_pretrained(out)
+    seal_folder(out)  # the folder was copied from a sealed base: seal what it holds now
     return out
 
 

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from embodied_rft.core.integrity import record_intact, seal_folder
 from embodied_rft.regrpo import steps
 from embodied_rft.regrpo.text import reflection_tokens
 from embodied_rft.train.grpo import heldout, rollout
@@ -114,7 +115,8 @@ def test_a_real_run_is_written_and_reused_for_the_same_weights_and_samples(tmp_p
     out = tmp_path / "steps.json"
     res = steps.run(policy, data, out, max_new_tokens=64)
     # the fixture policy answers with the gold plans it was fitted on: no reflection anywhere
-    assert json.loads(out.read_text()) == res
+    on_disk = json.loads(out.read_text())
+    assert record_intact(on_disk) and {k: v for k, v in on_disk.items() if k != "sha"} == res
     assert {k: (d["calls"], d["reflection_tokens"]) for k, d in res["kinds"].items()} == {
         "first": (1, 0),
         "after_success": (3, 0),
@@ -123,9 +125,15 @@ def test_a_real_run_is_written_and_reused_for_the_same_weights_and_samples(tmp_p
     calls = []
     monkeypatch.setattr(steps, "measure", lambda *a, **kw: calls.append(a) or {"kinds": {}, "model_digest": "x"})
     assert steps.run(policy, data, out) == res and calls == []  # same weights, same samples: reused
-    (policy / "model.safetensors").write_bytes((policy / "model.safetensors").read_bytes()[:-4] + b"\0\0\0\0")
+    out.write_text(json.dumps({**on_disk, "kinds": {**on_disk["kinds"], "first": {"calls": 9}}}))  # edited by hand
     steps.run(policy, data, out)
-    assert len(calls) == 1  # other weights: measured again
+    assert len(calls) == 1  # not reused: measured again
+    out.write_text(json.dumps(on_disk))  # the record as written: reused again
+    assert steps.run(policy, data, out) == res and len(calls) == 1
+    (policy / "model.safetensors").write_bytes((policy / "model.safetensors").read_bytes()[:-4] + b"\0\0\0\0")
+    seal_folder(policy)  # retrained on purpose: the new weights are sealed as the trainer would
+    steps.run(policy, data, out)
+    assert len(calls) == 2  # other weights: measured again
 
 
 def test_the_plan_tally_counts_right_first_actions_and_repeats_after_a_failure():

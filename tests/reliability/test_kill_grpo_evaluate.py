@@ -279,6 +279,7 @@ def test_a_checkpoint_from_another_code_version_is_not_resumed(tmp_path, monkeyp
 
     import torch
 
+    from embodied_rft.core.integrity import seal_folder
     from embodied_rft.train.grpo.checkpoint import _LATEST, _STATE, _WEIGHTS, load_checkpoint
 
     gone = types.ModuleType("embodied_rft_renamed_module")
@@ -295,5 +296,6 @@ def test_a_checkpoint_from_another_code_version_is_not_resumed(tmp_path, monkeyp
     torch.save({}, folder / _WEIGHTS)
     torch.save({"fingerprint": "fp", "state": EngineState()}, folder / _STATE)
     (tmp_path / _LATEST).write_text("ckpt-0000003\n")
+    seal_folder(folder)  # intact as written: only the class lookup fails
     monkeypatch.delitem(sys.modules, gone.__name__)  # the module is gone, as after a rename
     assert load_checkpoint(tmp_path, "fp") is None

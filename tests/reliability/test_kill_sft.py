@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from embodied_rft.core.integrity import seal_folder
 from embodied_rft.train.sft.resume import FINGERPRINT, prepare_work_dir
 from tests.helpers.killing import kill_repeatedly, kill_rng, run_to_end, whole_json, whole_model
 
@@ -27,8 +28,13 @@ def test_a_checkpoint_with_a_cut_trainer_state_is_passed_over(tmp_path, caplog):
     for step, state in ((2, '{"global_step": 2}'), (4, '{"global_step": 4, "log_hist')):  # step 4: cut by a kill
         (work / f"checkpoint-{step}").mkdir()
         (work / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
+    seal_folder(work / "checkpoint-2")  # saved whole: sealed by callbacks.SealCheckpoints; step 4 never got there
     assert prepare_work_dir(work, FP, "auto") == work / "checkpoint-2"
-    assert "ignoring incomplete checkpoint" in caplog.text and "checkpoint-4" in caplog.text
+    assert "ignoring checkpoint" in caplog.text and "checkpoint-4: it is not sealed" in caplog.text
+    caplog.clear()
+    seal_folder(work / "checkpoint-4")  # sealed, yet its state file does not parse: still passed over
+    assert prepare_work_dir(work, FP, "auto") == work / "checkpoint-2"
+    assert "checkpoint-4: its trainer_state.json is cut short or unreadable" in caplog.text
 
 
 def test_a_cut_fingerprint_clears_the_folder_instead_of_crashing(tmp_path, caplog):

@@ -373,7 +373,8 @@ _FORBIDDEN_ATTRS = {
 
 def test_no_reader_in_src_evaluates_text():
     """Static guard over src/ and stages/: none of the calls that turn text into running code. (Allowed:
-    ``ast.literal_eval`` on labels, which accepts literals only; ``torch.load`` of the engine's own checkpoints.)"""
+    ``ast.literal_eval`` on labels, which accepts literals only; ``torch.load`` with ``weights_only=True``, which
+    builds tensors, containers and allow-listed classes only.)"""
     found = []
     for f in sorted([*(REPO / "src").rglob("*.py"), *(REPO / "stages").rglob("*.py")]):
         tree = ast.parse(f.read_text("utf-8"), str(f))
@@ -389,6 +390,10 @@ def test_no_reader_in_src_evaluates_text():
                 and (fn.value.id, fn.attr) in _FORBIDDEN_ATTRS
             ):
                 found.append(f"{f.relative_to(REPO)}:{node.lineno}: {fn.value.id}.{fn.attr}()")
+            if isinstance(fn, ast.Attribute) and fn.attr == "load" and getattr(fn.value, "id", None) == "torch":
+                safe = [kw for kw in node.keywords if kw.arg == "weights_only"]
+                if not (safe and isinstance(safe[0].value, ast.Constant) and safe[0].value.value is True):
+                    found.append(f"{f.relative_to(REPO)}:{node.lineno}: torch.load without weights_only=True")
             for kw in node.keywords:
                 if kw.arg == "shell" and not (isinstance(kw.value, ast.Constant) and kw.value.value is False):
                     found.append(f"{f.relative_to(REPO)}:{node.lineno}: shell=")

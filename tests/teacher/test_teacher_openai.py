@@ -202,6 +202,25 @@ def test_budget_stops_cleanly_and_a_rerun_completes_identically(tmp_path):
         assert m3["stopped_by_budget"] and 2000 <= m3["tokens_in"] + m3["tokens_out"] < 2000 + 3000
 
 
+def test_an_answer_edited_in_the_cache_never_reaches_the_sft_data(tmp_path):
+    """A cached answer changed by hand, still valid JSON (another plan): found by its digest, asked again."""
+    samples = SAMPLES[:6]
+    with FaultServer(Answers(samples)) as srv:
+        ref, m = _run(tmp_path, _cfg(srv.url, openai={"concurrency": 1}), samples)
+        db = tmp_path / "cache" / "answers.sqlite"
+        with sqlite3.connect(db) as c:
+            key, text = c.execute("SELECT key, text FROM answers ORDER BY created LIMIT 1").fetchone()
+            plan = json.loads(text)
+            plan["executable_plan"] = plan["executable_plan"][::-1] + plan["executable_plan"]
+            c.execute("UPDATE answers SET text = ? WHERE key = ?", (json.dumps(plan), key))
+        served = srv.stats.requests
+        out, m2 = _run(tmp_path, _cfg(srv.url, openai={"concurrency": 1}), samples, tag="rerun")
+        assert m2["cache_rejected"] == 1 and m2["requests"] == 1 == srv.stats.requests - served
+        assert m2["cache_hits"] == m["answers"] - 1
+    assert out.read_bytes() == ref.read_bytes()  # the SFT data is the teacher's, not the edit
+    assert json.dumps(plan) not in out.read_text()
+
+
 def test_the_api_key_never_reaches_any_file(tmp_path):
     import logging
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from embodied_rft.config import ConfigError, build
+from embodied_rft.core.integrity import seal_folder
 from embodied_rft.filtering import FilterConfig
 from embodied_rft.train.grpo.config import GRPOConfig
 from tests.helpers.grpo import _weights, kill_at_3_and_resume, run, tiny_cfg
@@ -172,6 +173,7 @@ def test_a_retrained_policy_of_the_same_shape_does_not_resume_the_old_run(data, 
     tensors = load_file(weights)
     save_file({k: v + 0.01 for k, v in tensors.items()}, weights, metadata={"format": "pt"})
     assert weights.stat().st_size == before
+    seal_folder(policy)  # retrained on purpose (a tool that rewrites a sealed folder seals it again)
     again = run(cfg, policy, data, tmp_path)
     assert again["resumed"] is False and again["updates"] == 2
 

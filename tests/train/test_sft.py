@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from embodied_rft.config import ConfigError, build
+from embodied_rft.core.integrity import seal_folder
 from embodied_rft.data.jsonl import DataError
 from embodied_rft.models import ModelConfig, build_base_model, load_model
 from embodied_rft.train.sft.config import LoraSettings, SFTConfig, ValSettings
@@ -203,7 +204,15 @@ def test_work_folder_of_another_run_is_cleared_not_resumed(tmp_path: Path) -> No
     assert prepare_work_dir(work, {"settings": {"lr": 1}}, "auto") is None
     (work / "checkpoint-2").mkdir()
     (work / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    seal_folder(work / "checkpoint-2")  # what callbacks.SealCheckpoints does once the trainer saved it
     (work / "checkpoint-4").mkdir()  # no state file: a checkpoint cut short by the kill
+    (work / "checkpoint-6").mkdir()  # saved, but killed before its seal
+    (work / "checkpoint-6" / "trainer_state.json").write_text("{}")
+    (work / "checkpoint-8").mkdir()  # sealed, then a byte of its weights changed on disk
+    (work / "checkpoint-8" / "trainer_state.json").write_text("{}")
+    (work / "checkpoint-8" / "model.safetensors").write_bytes(b"\x00" * 64)
+    seal_folder(work / "checkpoint-8")
+    (work / "checkpoint-8" / "model.safetensors").write_bytes(b"\x00" * 63 + b"\x01")
     assert prepare_work_dir(work, {"settings": {"lr": 1}}, "auto") == work / "checkpoint-2"
     assert prepare_work_dir(work, {"settings": {"lr": 2}}, "auto") is None
     assert not (work / "checkpoint-2").exists()

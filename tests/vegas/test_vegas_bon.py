@@ -169,6 +169,7 @@ def test_prob_score_and_replan_trigger_run_end_to_end_and_are_reported(tmp_path)
 def test_live_auroc_tool_scores_a_stored_greedy_run_as_the_stage_does(tmp_path, capsys):
     # the stage plays greedy and scores its live candidates with bon_ft (bon.live_verifiers); the tool, given only
     # the greedy store and the episode file, rebuilds the same items and gets the same P(yes) for each
+    from embodied_rft.core.integrity import IntegrityError, seal_record
     from embodied_rft.tools.live_auroc import main as live_auroc
     from embodied_rft.vegas.score import Verifier, auroc
     from embodied_rft.vegas.text import verification_messages
@@ -203,6 +204,9 @@ def test_live_auroc_tool_scores_a_stored_greedy_run_as_the_stage_does(tmp_path, 
     call["cands"] += [{**call["cands"][0], "a": a, "name": n, "label": lab} for a, n, lab in extra]
     grown = tmp_path / "grown.jsonl"
     grown.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    with pytest.raises(IntegrityError, match=r"grown\.jsonl:\d+: the record does not match the digest"):
+        live_auroc([*args[:4], "--greedy", str(grown), "--out", str(tmp_path / "g.jsonl"), *args[8:]])
+    grown.write_text("".join(json.dumps(seal_record(r)) + "\n" for r in recs))  # grown on purpose: sealed again
     with tc.one_thread():
         assert live_auroc([*args[:4], "--greedy", str(grown), "--out", str(tmp_path / "g.jsonl"), *args[8:]]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -234,7 +238,7 @@ def test_live_auroc_tool_scores_a_stored_greedy_run_as_the_stage_does(tmp_path, 
     from embodied_rft.tools.live_auroc import live_calls_of
 
     every = [{**r, "live": [call]} for r in recs]  # one live call in each episode's record
-    (tmp_path / "reversed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reversed(every)))
+    (tmp_path / "reversed.jsonl").write_text("".join(json.dumps(seal_record(r)) + "\n" for r in reversed(every)))
     got_order = [ep["episode_id"] for ep, _ in live_calls_of(ep_file, tmp_path / "reversed.jsonl")]
     assert got_order == [e["episode_id"] for e in _eps(3)]
     # a greedy store naming an episode the episode file lacks: the error names both files and the line

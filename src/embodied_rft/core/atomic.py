@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
@@ -132,9 +133,33 @@ def atomic_directory(target: str | os.PathLike) -> Iterator[Path]:
     replace_directory(tmp, target)
 
 
+def normalize_modes(folder: str | os.PathLike) -> None:
+    """Give everything under ``folder`` the modes of the files written here: :data:`FILE_MODE` for files
+    (:data:`DIR_MODE` for executables) and :data:`DIR_MODE` for folders. Libraries that write through private temp
+    files leave 0600 behind (``safetensors``' ``save_file``: every ``model.safetensors``). Symlinks and hard-linked
+    files (weights linked from the Hugging Face cache) are not this folder's own and are left as they are."""
+    for root, _, files in os.walk(folder):  # a symlinked folder is listed, never entered
+        _set_mode(root, DIR_MODE)
+        for name in files:
+            _set_mode(os.path.join(root, name), FILE_MODE)
+
+
+def _set_mode(path: str, mode: int) -> None:
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink > 1):
+        return
+    if stat.S_ISREG(st.st_mode) and st.st_mode & stat.S_IXUSR:
+        mode = DIR_MODE
+    if stat.S_IMODE(st.st_mode) != mode:
+        with contextlib.suppress(PermissionError):  # another user's file (a cluster job's) keeps its owner's mode
+            os.chmod(path, mode)
+
+
 def replace_directory(src: str | os.PathLike, target: str | os.PathLike) -> None:
-    """Move folder ``src`` onto ``target`` (same file system), replacing what was there."""
+    """Move folder ``src`` onto ``target`` (same file system), replacing what was there; modes are normalised first
+    (:func:`normalize_modes`), so every output folder reads like the files :func:`atomic_open` writes."""
     src, target = Path(src), Path(target)
+    normalize_modes(src)
     old = target.with_name(f".{target.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     if target.exists():
         os.replace(target, old)
@@ -145,15 +170,20 @@ def replace_directory(src: str | os.PathLike, target: str | os.PathLike) -> None
 def save_pretrained_atomic(model: Any, tokenizer_or_processor: Any, out_dir: str | Path) -> None:
     """Save a Hugging Face checkpoint (model + tokenizer/processor) so ``out_dir`` is never half-written
     (:func:`atomic_directory`)."""
+    from .integrity import seal_folder  # integrity writes its manifest with this module's helpers
+
     with atomic_directory(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer_or_processor.save_pretrained(tmp)
+        seal_folder(tmp)  # checksums.sha256: load_model verifies it (models/integrity.py)
 
 
 __all__ = [
+    "DIR_MODE",
     "FILE_MODE",
     "atomic_directory",
     "atomic_open",
+    "normalize_modes",
     "remove_stale_temps",
     "replace_directory",
     "save_pretrained_atomic",

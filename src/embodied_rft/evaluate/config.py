@@ -65,6 +65,14 @@ class EvalConfig:
     def __post_init__(self) -> None:
         check(len(self.splits) >= 1, "splits", "name at least one episode split, e.g. [valid_seen]")
         check(self.max_episodes >= 0, "max_episodes", f"must be >= 0 (0 = all), got {self.max_episodes}")
+        # an empty list would evaluate only the reference rows and replace metrics/eval.json, reports/eval.md and the
+        # details with tables of no model (outputs `dvc checkout` cannot bring back once the stage has run)
+        check(
+            len(self.models) >= 1,
+            "models",
+            f"name at least one model to evaluate, e.g. [sft] (one or more of {list(MODEL_NAMES)}); "
+            "an empty list would replace the evaluation's outputs with empty tables",
+        )
         check(len(set(self.models)) == len(self.models), "models", f"names must be unique, got {list(self.models)}")
         unknown = [m for m in self.models if m not in MODEL_NAMES]
         check(

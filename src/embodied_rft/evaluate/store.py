@@ -8,7 +8,9 @@ and fsyncs it before returning, so a record that was reported written survives a
 On open: a fingerprint that differs from the one in ``<path>.meta.json`` (a retrained model, new limits)
 discards the old results (they describe something else); a last line cut short by a crash is dropped and
 the file truncated to the last complete record; each record carries a hash of its episode, so an episode
-whose content changed under the same id is run again.
+whose content changed under the same id is run again; and each record carries the digest of its own content
+(:func:`embodied_rft.core.integrity.seal_record`), so a record edited or damaged on disk after it was written
+(one success flag flipped) is not used: its episode runs again, and the store says so (:attr:`rejected`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 from embodied_rft.core.atomic import write_json_atomic
 from embodied_rft.core.digest import folder_digests, json_digest
+from embodied_rft.core.integrity import RECORD_FIELD, record_intact, seal_record
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,7 @@ class ResultStore:
         self.fp = fp
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._records: dict[str, dict] = {}
+        self.rejected: list[int] = []  # line numbers of records that do not match their digest (rerun)
         old_fp = None
         if self.meta_path.exists():
             try:
@@ -78,8 +82,21 @@ class ResultStore:
             except ValueError:
                 log.warning("%s:%d: unreadable record skipped (its episode runs again)", self.path, lineno)
                 continue
-            if isinstance(rec, dict) and isinstance(rec.get("episode_id"), str):
+            if not record_intact(rec):
+                self.rejected.append(lineno)
+                continue
+            if isinstance(rec.get("episode_id"), str):
+                rec.pop(RECORD_FIELD)
                 self._records[rec["episode_id"]] = rec
+        if self.rejected:
+            shown = ", ".join(map(str, self.rejected[:10])) + (" …" if len(self.rejected) > 10 else "")
+            log.warning(
+                "%s: %d record(s) do not match the digest written with them (edited or damaged; lines %s): "
+                "not used, their episodes run again",
+                self.path,
+                len(self.rejected),
+                shown,
+            )
 
     def done(self, ep: dict) -> dict | None:
         """The stored result of ``ep``, or None when it must run (absent, or the episode changed)."""
@@ -89,7 +106,7 @@ class ResultStore:
         return None
 
     def append(self, rec: dict) -> None:
-        line = json.dumps(rec, ensure_ascii=False, separators=(",", ":")) + "\n"
+        line = json.dumps(seal_record(rec), ensure_ascii=False, separators=(",", ":")) + "\n"
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(line)
             fh.flush()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied_rft.core.atomic import atomic_directory
+from embodied_rft.core.integrity import seal_folder
 
 from ..config import as_dict
 from .chat_template import END_OF_TEXT, chatml_template
@@ -119,11 +120,13 @@ def build_base_model(model_cfg: ModelConfig, corpus: Iterable[str], out_dir: str
                     _set_image_pixels(tok, cfg)
                 tok.save_pretrained(tmp)
             _write_card(tmp, cfg, None, f"copied from {src}")
+            seal_folder(tmp)
             log.info("copied %s into %s", src, out_dir)
             return out_dir
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         _write_card(tmp, cfg, model, source)
+        seal_folder(tmp)  # checksums.sha256: check_checkpoint verifies it on every load
         log.info("wrote base model %s (%s) to %s", cfg.name, source, out_dir)
     return out_dir
 

@@ -6,10 +6,12 @@ Output: nothing, or :class:`DamagedCheckpointError` naming the damaged file and 
 Why: transformers reports a truncated ``model.safetensors`` as "Error while deserializing header: incomplete
 metadata" without naming the file, a cut ``config.json`` as a bare ``JSONDecodeError``, and a folder whose
 ``tokenizer.json`` is gone loads "successfully" with a three-token tokenizer that encodes every prompt to
-nothing. A copy cut short (a full disk, an interrupted ``dvc pull`` or ``cp``) produces exactly these. The
+nothing. A copy cut short (a full disk, an interrupted ``dvc pull`` or ``cp``) produces exactly these. The structural
 checks read only ``config.json`` and the safetensors headers (8 bytes plus a small JSON each), so they are
 cheap even for a sharded 7B checkpoint: a safetensors file is complete iff its size is 8 + header length +
-the end offset of its last tensor.
+the end offset of its last tensor. A folder this project wrote also carries ``checksums.sha256``
+(:mod:`embodied_rft.core.integrity`), and every byte is checked against it: a flipped byte or low mantissa bit
+in the weights, which leaves the file well-formed, is found too.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
+
+from embodied_rft.core.integrity import MANIFEST, IntegrityError, verify_folder
 
 from .pretrained import ModelNotAvailableError
 
@@ -97,6 +101,11 @@ def check_checkpoint(path: str | Path) -> None:
         raise DamagedCheckpointError(
             f"{p}: no tokenizer files (one of {list(_TOKENIZER_FILES)}): it would load as an empty tokenizer; {_FIX}"
         )
+    try:
+        # checksums.sha256 of a folder this project wrote: every byte as written
+        verify_folder(p, f"{_FIX}; if you replaced the file on purpose, delete {p / MANIFEST}")
+    except IntegrityError as exc:
+        raise DamagedCheckpointError(str(exc)) from None
 
 
 __all__ = ["DamagedCheckpointError", "check_checkpoint"]

@@ -14,7 +14,8 @@ answers that reflect, their reflection tokens in the model's tokenizer (:func:`t
 from the first ErrorType/Evidence/FixPlan marker), tokens per call, the reflecting answers per ErrorType they name
 (``named``), and answers cut at the token cap; per kind too (``plans``, :func:`plan_tally`) the answers whose plan
 starts with the label's first action and, after a failure, those that start with the failed action again; plus the
-model files' digest, so a finished measurement is reused only for the same weights. Greedy decoding with the fast
+model files' digest, so a finished measurement is reused only for the same weights (and only while it matches the
+digest written with it). Greedy decoding with the fast
 sampler, the GRPO stage's held-out check's (``train/grpo/heldout.greedy_responses``).
 
 ``python -m embodied_rft.regrpo.steps --model DIR --samples FILE --out FILE`` writes the result atomically
@@ -36,6 +37,7 @@ from typing import Any
 
 from ..core.atomic import write_json_atomic
 from ..core.digest import file_digest, folder_digests, json_digest
+from ..core.integrity import RECORD_FIELD, record_intact, seal_record
 from ..data.decompose import is_recovery
 from ..data.jsonl import read_jsonl
 from ..schema import read_label
@@ -206,9 +208,11 @@ def run(model_dir: str | Path, samples_path: str | Path, out: str | Path, **kw: 
     if out.exists():
         old = json.loads(out.read_text("utf-8"))
         if old.get("model_digest") == model_digest(model_dir) and old.get("samples_digest") == key["samples_digest"]:
-            return old
+            if record_intact(old):
+                return {k: v for k, v in old.items() if k != RECORD_FIELD}
+            log.warning("%s: does not match the digest written with it (edited or damaged): measuring again", out)
     res = {**measure(model_dir, read_jsonl(samples_path), **kw), **key}
-    write_json_atomic(out, res)
+    write_json_atomic(out, seal_record(res))
     return res
 
 

@@ -6,12 +6,19 @@ so changing the prompt, model or temperature asks again while a rerun or a resum
 Storage is SQLite in WAL mode with ``synchronous=FULL``: each answer is committed (and fsynced) on its own
 before the run goes on, so SIGKILL or Ctrl-C loses at most the requests in flight; readers and a writer in
 another process may share the file. Only answers are stored — no headers, no keys.
+
+Each row carries the sha256 of its key and answer fields (``digest``), written with it; :meth:`ResponseCache.get`
+recomputes it, and a row that no longer matches (an answer edited by hand, still valid JSON) is deleted and
+reported as a miss, so the answer is asked for again and the run says so (:attr:`ResponseCache.rejected`, the
+``cache_rejected`` counter in distill's metrics) instead of training on it. A cache written before digests
+existed is sealed once, when first opened by this code (its rows are trusted that one time, and logged).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -19,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from .base import Answer
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS answers (
@@ -30,9 +39,16 @@ CREATE TABLE IF NOT EXISTS answers (
     tokens_in INTEGER NOT NULL,
     tokens_out INTEGER NOT NULL,
     finish_reason TEXT,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    digest TEXT
 )
 """
+
+
+def row_digest(key: str, text: str, tokens_in: int, tokens_out: int, finish_reason: str | None) -> str:
+    """The sha256 of an answer row's identity and content (what :meth:`ResponseCache.get` hands out)."""
+    blob = json.dumps([key, text, tokens_in, tokens_out, finish_reason], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 def _digest_data_urls(obj: Any) -> Any:
@@ -78,19 +94,60 @@ class ResponseCache:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(_SCHEMA)
+        self.rejected = 0  # rows found not matching their digest (deleted; asked again)
+        self._seal_legacy_rows()
+
+    def _seal_legacy_rows(self) -> None:
+        """Add the ``digest`` column to a cache written before it existed, and seal its rows (once)."""
+        with self._lock:
+            cols = {r[1] for r in self._db.execute("PRAGMA table_info(answers)")}
+            if "digest" in cols:
+                return
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                cols = {r[1] for r in self._db.execute("PRAGMA table_info(answers)")}
+                if "digest" in cols:  # another process sealed it meanwhile
+                    self._db.execute("COMMIT")
+                    return
+                self._db.execute("ALTER TABLE answers ADD COLUMN digest TEXT")
+                rows = self._db.execute(
+                    "SELECT key, text, tokens_in, tokens_out, finish_reason FROM answers"
+                ).fetchall()
+                self._db.executemany(
+                    "UPDATE answers SET digest = ? WHERE key = ?", [(row_digest(*r), r[0]) for r in rows]
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        log.warning("%s: sealed %d answers cached before digests existed (trusted this once)", self.path, len(rows))
 
     def get(self, key: str) -> Answer | None:
+        """The cached answer, or None: absent, or its row no longer matches its digest (then deleted, and
+        counted in :attr:`rejected`, so the answer is asked again)."""
         with self._lock:
             row = self._db.execute(
-                "SELECT text, tokens_in, tokens_out, finish_reason FROM answers WHERE key = ?", (key,)
+                "SELECT text, tokens_in, tokens_out, finish_reason, digest FROM answers WHERE key = ?", (key,)
             ).fetchone()
-        return Answer(row[0], row[1], row[2], row[3]) if row else None
+            if row is None:
+                return None
+            if row[4] != row_digest(key, *row[:4]):
+                self._db.execute("DELETE FROM answers WHERE key = ?", (key,))
+                self.rejected += 1
+                log.warning(
+                    "%s: cached answer %s… does not match the digest written with it (edited or damaged); "
+                    "deleted, it is asked for again",
+                    self.path,
+                    key[:12],
+                )
+                return None
+        return Answer(row[0], row[1], row[2], row[3])
 
     def put(self, key: str, answer: Answer, *, model: str, sample_id: str, sample_index: int) -> bool:
         """Store an answer; False (and no change) if the key is already there — the first answer wins."""
         with self._lock:
             cur = self._db.execute(
-                "INSERT OR IGNORE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO answers VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     key,
                     model,
@@ -101,6 +158,7 @@ class ResponseCache:
                     answer.tokens_out,
                     answer.finish_reason,
                     time.time(),
+                    row_digest(key, answer.text, answer.tokens_in, answer.tokens_out, answer.finish_reason),
                 ),
             )
             return cur.rowcount == 1

@@ -135,6 +135,7 @@ class _Run:
         got: dict[str, Answer] = {}
         missing: dict[str, str] = {}
         ask = []
+        rejected_before = self.cache.rejected if self.cache is not None else 0
         for key, item in todo.items():
             hit = self.cache.get(key) if self.cache is not None else None
             if hit is not None:
@@ -142,6 +143,9 @@ class _Run:
                 self.counters.add("cache_hits")
             else:
                 ask.append((key, item))
+        if self.cache is not None and self.cache.rejected > rejected_before:
+            # rows that no longer match their digest: deleted by the cache, asked again here (never used)
+            self.counters.add("cache_rejected", self.cache.rejected - rejected_before)
         if not ask:
             return got, missing
         bar = tqdm(total=len(ask), desc=desc, unit="req", leave=False, disable=None)
@@ -360,6 +364,8 @@ def _distill(
         "requests": c["requests"],
         "answers_new": c["answers_new"],
         "cache_hits": c["cache_hits"],
+        # cached answers that no longer matched their digest (edited or damaged): deleted and asked again
+        "cache_rejected": c["cache_rejected"],
         "tokens_in": c["tokens_in"],
         "tokens_out": c["tokens_out"],
         "failures": failures,

@@ -14,6 +14,11 @@ on the same episodes, the same way — whether the verifier's choice beats chanc
 verifiers' live AUROC per seed; and the issue's
 checks (``bon_ft`` − greedy ≥ +5 points pooled with p < 0.05 and positive on at least 2 of 3 seeds; ``bon_oracle``
 and coverage@4 ≥ greedy + 10 points). A symbolic-simulator proxy throughout.
+
+Before the first stage it checks its arguments and the composed config (``tools/seeds.py``: seeds, ``--runs-dir``,
+every stage's section with the overrides) and the one model no stage of this run makes: the zero-shot SmolLM2
+verifier's GGUF file when ``bon_zs_smollm2`` is played or scored (``vegas/bon.py`` ``check_models``); then it prints
+its plan (per seed, the stages to run and those done) and a time estimate.
 """
 
 from __future__ import annotations
@@ -24,10 +29,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from embodied_rft.evaluate.aggregate import mcnemar_exact, paired
-from embodied_rft.tools.seeds import _conf_paths, _run_stage, path_overrides, publish, seed_parser
+from embodied_rft.tools.seeds import (
+    _conf_paths,
+    _run_stage,
+    announce,
+    check_args,
+    check_config,
+    path_overrides,
+    publish,
+    refuse,
+    seed_parser,
+)
 
 log = logging.getLogger(__name__)
 
@@ -166,15 +179,34 @@ def render(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_prerequisites(cfg: dict[str, Any]) -> str:
+    """The composed config's ``bon.policy``, after checking the model no stage of this run makes (the zero-shot
+    SmolLM2 verifier, when a selector needs it); refused with one line when it is missing."""
+    from embodied_rft.config import ConfigError, build
+    from embodied_rft.vegas.bon import check_models
+    from embodied_rft.vegas.bon_config import BonConfig
+
+    bcfg = build(BonConfig, cfg["bon"], "bon")
+    try:
+        check_models(bcfg, {}, checkpoints=False)
+    except ConfigError as exc:
+        refuse(str(exc))
+    return bcfg.policy
+
+
 def main(argv: list[str] | None = None) -> int:
     args = seed_parser(__doc__, "bon_seeds").parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    runs = {s: Path(args.runs_dir) / f"seed-{s}" for s in args.seeds}
-    policy = (yaml.safe_load(Path("params.yaml").read_text("utf-8")) or {}).get("bon", {}).get("policy", "sft")
-    policy = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("bon.policy=")), policy)
+    runs = check_args(args)
     if not args.summary_only:
+        overrides = list(args.overrides)
+        policy = check_prerequisites(check_config(overrides))
+        run_one = lambda s, root: run_seed(s, root, overrides, policy)  # noqa: E731
+        n = len(BASE_STAGES) + (policy == "grpo") + len(VEGAS_STAGES)
+        if not announce(runs, run_one, f"seeds {list(runs)} under {args.runs_dir}/, {n} stages each", args.dry_run):
+            return 0
         for s, root in runs.items():
-            run_seed(s, root, list(args.overrides), policy)
+            run_one(s, root)
     files = {s: root / "metrics" / "bon.details.json" for s, root in runs.items()}
     missing = [str(f) for f in files.values() if not f.exists()]
     if missing:

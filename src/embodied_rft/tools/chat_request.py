@@ -32,8 +32,12 @@ class ServeConfig:
     max_image_pixels: int = 4096 * 4096
     # most completions per request ("n")
     max_n: int = 8
-    # seconds a client may take to send its request
+    # seconds a client may take to send its request body, in all (from the end of its headers); also how long one
+    # write of the answer may block
     timeout_s: float = 60.0
+    # seconds a connection has, in all (not per byte), to send its request line and headers, counted from its
+    # accept or from its previous answer (so also how long a kept-alive connection may sit idle); past it, 408
+    header_timeout_s: float = 20.0
     # the model's context, tokens (prompt + completion); 0 = read it from the model (max_position_embeddings)
     context_tokens: int = 0
     # longest prompt accepted, tokens; 0 = the context less the request's max_tokens
@@ -41,8 +45,17 @@ class ServeConfig:
     # seconds one request may spend waiting for the model and generating; past it the request gets 504 and the
     # generation stops (so does the generation of a client that disconnected)
     request_budget_s: float = 120.0
-    # connections served at once; more get 503 at once instead of a thread each
+    # requests served at once (headers complete: reading the body, waiting for the model, generating, answering);
+    # a request beyond them gets 503 at once. Connections still sending their headers do not count here
     max_connections: int = 32
+    # connections still sending their request line and headers (or idle between kept-alive requests), held by one
+    # event loop, not a thread each; one more closes the oldest of them
+    max_pending_connections: int = 256
+    # the listen() backlog: connections the kernel queues before the server accepts them (capped by the kernel's
+    # net.core.somaxconn); a small one turns a burst of connects into resets
+    backlog: int = 512
+    # torch intra-op threads of the one generation worker, set once in that thread; 0 = torch's default
+    threads: int = 0
 
     def __post_init__(self) -> None:
         check(bool(self.model_name), "model_name", "must be a non-empty name")
@@ -52,7 +65,10 @@ class ServeConfig:
         for key in ("context_tokens", "max_prompt_tokens"):
             check(getattr(self, key) >= 0, key, f"must be >= 0 (0 = from the model), got {getattr(self, key)}")
         check(self.request_budget_s > 0, "request_budget_s", f"must be > 0 seconds, got {self.request_budget_s}")
-        check(self.max_connections >= 1, "max_connections", f"must be >= 1, got {self.max_connections}")
+        for key in ("max_connections", "max_pending_connections", "backlog"):
+            check(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+        check(self.header_timeout_s > 0, "header_timeout_s", f"must be > 0 seconds, got {self.header_timeout_s}")
+        check(self.threads >= 0, "threads", f"must be >= 0 (0 = torch's default), got {self.threads}")
 
 
 class RequestError(Exception):

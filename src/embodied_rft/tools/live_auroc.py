@@ -22,6 +22,7 @@ import logging
 import sys
 from pathlib import Path
 
+from embodied_rft.core.integrity import IntegrityError, record_intact
 from embodied_rft.data.jsonl import iter_jsonl
 from embodied_rft.evaluate.stage import load_episodes
 from embodied_rft.evaluate.store import ResultStore, dir_fingerprint, fingerprint
@@ -35,9 +36,15 @@ def live_calls_of(episodes_path: str | Path, greedy_path: str | Path) -> list[tu
     """(episode, live call) pairs of a greedy store in the episode file's order, as the stage lists them (its greedy
     results follow the episodes it played, in file order; the store holds them in the order they finished), so that
     ``--limit`` draws the stage's own seeded subsample. A store record whose episode the file lacks is an error naming
-    both files and the line."""
+    both files and the line, and so is a record that does not match its digest."""
     records = {}
     for line, rec in iter_jsonl(greedy_path):
+        if not record_intact(rec):
+            raise IntegrityError(
+                f"{greedy_path}:{line}",
+                "the record does not match the digest written with it (edited or damaged)",
+                "rerun the bon stage (its greedy selector rewrites the record)",
+            )
         records[rec.get("episode_id")] = (line, rec)
     episodes = load_episodes([episodes_path], 0, 0)[0]
     known = {ep["episode_id"] for ep in episodes}

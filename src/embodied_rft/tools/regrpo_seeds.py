@@ -35,6 +35,13 @@ tool published earlier with the same recipe (seeds run in another session or on 
 here: every pooled figure is a sum of counts the table keeps). A table published beside ``metrics/regrpo.json``
 refreshes that table's clause index (``tools/regrpo_clauses.py``). Recipe overrides are :data:`RECIPE` and :data:`ARMS` below; anything after
 ``--`` is added to every stage (``-- evaluate.splits=[valid_seen] --subdir regrpo-valid_seen`` chooses on valid_seen).
+
+Before the first stage it checks its arguments (``tools/seeds.py``: seeds, ``--runs-dir``, every stage's config with the
+recipe and the overrides; arms and modes named once; ``--onpolicy-episodes`` >= 1) and every ``--merge`` table:
+readable, a table of this tool, of this run's recipe, with seeds disjoint from ``--seeds`` and from the other tables'
+— a table that cannot be pooled is refused before any seed runs, not after all of them. It then prints its plan (per
+seed, the stages to run and those done; an ``--onpolicy-from`` policy missing for a seed is refused there) and a time
+estimate.
 """
 
 from __future__ import annotations
@@ -58,7 +65,19 @@ from embodied_rft.regrpo.report import (
     summarise,
 )
 from embodied_rft.tools.regrpo_clauses import refresh
-from embodied_rft.tools.seeds import _conf_paths, _run, _run_stage, path_overrides, publish, seed_parser
+from embodied_rft.tools.seeds import (
+    _conf_paths,
+    _run,
+    _run_stage,
+    announce,
+    check_args,
+    check_config,
+    path_overrides,
+    planning,
+    publish,
+    refuse,
+    seed_parser,
+)
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +153,39 @@ DEFAULT_ARMS = ["plain", "rot", "shuffled", "paper", "regrpo", "regrpo_eta0"]
 MODES = ("free", "regrpo")
 
 
+# every arm's evaluation: its own model only, no reference rows, no offline scoring
+EVAL = ["evaluate.reference_policies=[]", "evaluate.max_offline_samples=0"]
+
+
+def check_merge(files: list[str], recipe: dict, seeds: list[int]) -> list[dict]:
+    """The published tables ``--merge`` names, each checked before any seed runs: readable and a table of this tool
+    (``report.read_table``), of this run's ``recipe``, and with seeds disjoint from ``seeds`` (``--seeds``) and from
+    the tables before it; refused with one line naming the file otherwise."""
+    out: list[dict] = []
+    held: dict[int, str] = {s: "--seeds" for s in seeds}
+    for f in files:
+        try:
+            pub = read_table(f)
+        except ValueError as exc:
+            refuse(f"--merge: {exc}")
+        theirs = pub.get("recipe")
+        if theirs != recipe:
+            keys = sorted(k for k in {*(theirs or {}), *recipe} if (theirs or {}).get(k) != recipe.get(k))
+            refuse(
+                f"--merge: {f}: its recipe differs from this run's in {', '.join(keys) or 'its form'} "
+                f"(its {', '.join(f'{k}={(theirs or {}).get(k)!r}' for k in keys)}); not pooled"
+            )
+        if clash := sorted(s for s in pub["seeds"] if s in held):
+            by = sorted({held[s] for s in clash})
+            refuse(
+                f"--merge: {f}: seeds {clash} are already in {' and '.join(by)}; a seed is pooled once, so drop them "
+                "from --seeds or merge a table of other seeds"
+            )
+        held.update({s: f for s in pub["seeds"]})
+        out.append(pub)
+    return out
+
+
 def _outputs(d: Path) -> list[str]:
     """``paths.*`` overrides sending a stage's metrics, plots, reports and work dir to ``d``."""
     return [
@@ -167,7 +219,7 @@ def _share_states(base: Path, arm: str) -> None:
     """Copy the on-policy states another GRPO arm collected from the same RoT-SFT policy into this arm's work dir;
     the stage reuses them only when their inputs' fingerprint matches (``train/grpo/onpolicy.py``)."""
     dst = base / arm / "work" / "grpo_states"
-    if (dst / "states.jsonl").exists():
+    if (dst / "states.jsonl").exists() or planning():  # (a plan writes nothing)
         return
     for other in GRPO_ARMS:
         src = base / other / "work" / "grpo_states"
@@ -191,7 +243,7 @@ def onpolicy_states(model: Path, train: Path, base: Path, episodes: int, extra: 
     from embodied_rft.regrpo.steps import model_digest
 
     if not (model / "config.json").exists():
-        raise SystemExit(f"--onpolicy-from: no model at {model} (train that arm first, e.g. make regrpo-sft)")
+        refuse(f"--onpolicy-from: no model at {model} (train that arm first, e.g. make regrpo-sft)")
     out = base / "onpolicy" / f"states-{model_digest(model)[:12]}-n{episodes}.jsonl"
     if not out.exists():
         cmd = ["-m", "embodied_rft.regrpo.collect", "--model", model.as_posix(), "--episodes", train.as_posix()]
@@ -295,8 +347,7 @@ def run_seed(
                 src,
                 *_outputs(d),
                 f"evaluate.models=[{model}]",
-                "evaluate.reference_policies=[]",
-                "evaluate.max_offline_samples=0",
+                *EVAL,
                 f"evaluate.reflection={mode}",
                 *extra,
             ]
@@ -356,29 +407,36 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    runs = {s: Path(args.runs_dir) / f"seed-{s}" for s in args.seeds}
+    runs = check_args(args)
+    for flag, names in (("--arms", args.arms), ("--modes", args.modes)):
+        if twice := sorted({a for a in names if names.count(a) > 1}):
+            refuse(f"{flag}: {', '.join(twice)} given more than once; name each once")
+    if args.onpolicy_episodes < 1:
+        refuse(f"--onpolicy-episodes: must be >= 1 (training episodes the policy plays), got {args.onpolicy_episodes}")
     onpolicy = (args.onpolicy_from, args.onpolicy_episodes) if args.onpolicy_from else None
+    recipe: dict = {"shared": RECIPE, "arms": {a: ARMS[a] for a in args.arms}, "overrides": args.overrides}
+    if onpolicy is not None:
+        recipe["onpolicy_from"] = {"policy": onpolicy[0], "episodes": onpolicy[1]}
+    published = check_merge(args.merge, recipe, list(runs))
     if not args.summary_only:
+        # the evaluation settings every arm's evaluate stage gets (run_seed), then the user's overrides
+        check_config([*RECIPE, *EVAL, "evaluate.models=[sft]", *args.overrides])
+        arms, modes, extra = list(args.arms), list(args.modes), list(args.overrides)
+        run_one = lambda s, root: run_seed(s, root, args.subdir, arms, modes, extra, onpolicy)  # noqa: E731
+        header = f"seeds {list(runs)} under {args.runs_dir}/, arms {', '.join(arms)} evaluated in {', '.join(modes)}"
+        if not announce(runs, run_one, f"{header} (under <seed>/{args.subdir}/)", args.dry_run):
+            return 0
         for s, root in runs.items():
-            run_seed(s, root, args.subdir, list(args.arms), list(args.modes), list(args.overrides), onpolicy)
+            run_one(s, root)
     records = collect(runs, args.subdir, list(args.arms), list(args.modes))
     if not any(records.values()):
         raise SystemExit(
             f"no ReGRPO evaluations under {args.runs_dir}/seed-*/{args.subdir} (run without --summary-only)"
         )
-    recipe: dict = {"shared": RECIPE, "arms": {a: ARMS[a] for a in args.arms}, "overrides": args.overrides}
-    if onpolicy is not None:
-        recipe["onpolicy_from"] = {"policy": onpolicy[0], "episodes": onpolicy[1]}
     summary = summarise({s: r for s, r in records.items() if r})
     try:
-        if args.merge:
-            parts = [summary]
-            for f in args.merge:
-                pub = read_table(f)
-                if pub.get("recipe") != recipe:
-                    raise SystemExit(f"{f}: its recipe {pub.get('recipe')} is not this run's {recipe}; not pooled")
-                parts.append(pub)
-            summary = merge(parts)
+        if published:
+            summary = merge([summary, *published])
         summary["recipe"] = recipe
         publish(summary, render(summary), args.out_metrics, args.out_report)
         # the clause index of the main table beside this one (metrics/regrpo.json) follows every table published

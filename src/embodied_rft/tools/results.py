@@ -1,21 +1,33 @@
-"""The README's results table, rendered from the default run's ``metrics/*.json`` so it cannot drift.
+"""The README's results, rendered from the default run's ``metrics/*.json`` so they cannot drift.
 
-Input: a metrics folder written by ``dvc repro`` (``prepare``, ``distill``, ``sft``, ``grpo`` and ``eval`` JSON).
-Output: a Markdown block (:func:`render`), written between the ``<!-- results:begin -->`` and
-``<!-- results:end -->`` markers of ``README.md`` by ``python -m embodied_rft.tools.results`` (``make results``; ``make
-repro`` runs it last). ``--check`` exits 1 when the README's block differs from what the metrics give (a test runs
-it). Every success figure is a symbolic-simulator proxy, and the table says so.
+Input: a metrics folder written by ``dvc repro`` (``distill``, ``base``, ``sft``, ``grpo`` and ``eval`` JSON) and, once
+``make seeds`` has run, ``seeds.json``. Output: two Markdown blocks of ``README.md``, each between its markers:
+
+* ``<!-- results:begin -->`` … ``<!-- results:end -->``: the table of the default run (:func:`render`);
+* ``<!-- results:ordering:begin -->`` … ``<!-- results:ordering:end -->``: the prose that compares the run with the
+  paper's ordering base < SFT < SFT+GRPO (:func:`render_ordering`): each step's gap, paired counts and p-value, and
+  whether it holds (a positive gap with exact McNemar p < 0.05), not significantly, or not at all; then the same
+  over the seeds of ``metrics/seeds.json``.
+
+Every figure of a run stands inside these blocks, none in the README's prose around them (a test checks that a
+run with other metrics changes no figure outside them). ``python -m embodied_rft.tools.results`` writes both
+(``make results``; ``make repro`` and ``make seeds`` run it last); ``--check`` exits 1 when the README differs from
+what the metrics give (a test runs it). Every success figure is a symbolic-simulator proxy, and the table says so.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+ORDER_BEGIN, ORDER_END = "<!-- results:ordering:begin -->", "<!-- results:ordering:end -->"
+ALPHA = 0.05  # a step of the ordering "holds" when its gap is positive and its exact McNemar p is below this
 
 
 def _load(d: Path, name: str) -> dict[str, Any]:
@@ -26,6 +38,10 @@ def _load(d: Path, name: str) -> dict[str, Any]:
         raise SystemExit(f"{path}: missing; run `dvc repro` first") from None
     except json.JSONDecodeError as e:
         raise SystemExit(f"{path}: line {e.lineno}: not JSON ({e.msg})") from None
+
+
+def _load_optional(d: Path, name: str) -> dict[str, Any] | None:
+    return _load(d, name) if (d / f"{name}.json").exists() else None
 
 
 def _p(p: float) -> str:
@@ -116,26 +132,114 @@ def _ci(gain: dict) -> str:
     return f"; 95% CI of the gain [{lo:+.3f}, {hi:+.3f}]"
 
 
-def splice(readme: str, block: str) -> str:
-    if BEGIN not in readme or END not in readme:
-        raise SystemExit(f"README.md: the markers {BEGIN} and {END} are missing")
-    head, rest = readme.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{block}\n{END}{tail}"
+def _verdict(gap: float, p: float) -> str:
+    if gap <= 0:
+        return "does not hold"
+    return "holds" if p < ALPHA else f"points the same way, not significantly (p ≥ {ALPHA:g})"
+
+
+def _step(name: str, first: str, second: str, pr: dict | None) -> str:
+    """One step of the ordering in the default run: ``SFT < SFT+GRPO holds, +11.2 points (...; p = 0.0003)``."""
+    if not pr:
+        return f"{name}: no paired result in `metrics/eval.json`"
+    return (
+        f"{name} {_verdict(pr['gap'], pr['p_mcnemar'])}, {pr['gap']:+.1f} points ({second} alone solved {pr['only_b']} "
+        f"episodes, {first} alone {pr['only_a']}; exact McNemar {_p(pr['p_mcnemar'])})"
+    )
+
+
+def render_ordering(metrics_dir: str | Path) -> str:
+    """The README's comparison with the paper's ordering, from ``eval.json`` (+ ``base.json``) and ``seeds.json``."""
+    d = Path(metrics_dir)
+    ev, base = _load(d, "eval"), _load_optional(d, "base")
+    size = f" ({base['parameters'] / 1e6:.1f}M parameters)" if base else ""
+    paired = ev.get("paired", {})
+    text = (
+        f"In the default run{size}: {_step('base < SFT', 'base', 'SFT', paired.get('base->sft'))}; "
+        f"{_step('SFT < SFT+GRPO', 'SFT', 'SFT+GRPO', paired.get('sft->grpo'))}. "
+    )
+    return _wrap(text + _seeds_sentence(_load_optional(d, "seeds")))
+
+
+def _seeds_sentence(seeds: dict | None) -> str:
+    """The seed spread of ``make seeds`` (``metrics/seeds.json``), or a pointer to it when it has not run."""
+    if not seeds:
+        return "Seed spread: `make seeds` has not run (it writes `metrics/seeds.json` and `reports/seeds.md`)."
+    succ = seeds.get("success", {})
+
+    def ms(model: str) -> str:
+        o = succ[model]["overall"]
+        return f"{o['mean']:.1f} ± {o['sd']:.1f}%"
+
+    step = "SFT < SFT+GRPO"
+    if (
+        step not in seeds.get("paired", {})
+        or step not in seeds.get("ordering", {})
+        or not {"SFT", "SFT+GRPO"} <= set(succ)
+    ):
+        return f"Seed spread: `reports/seeds.md` (`metrics/seeds.json` has no {step} step to quote here)."
+    pr, order = seeds["paired"][step], seeds["ordering"][step]
+    n, above = len(seeds["seeds"]), sum(g > 0 for g in pr["gap_per_seed"])
+    text = (
+        f"Over {n} seeds (`make seeds`: each its own world, data, models; `reports/seeds.md`): SFT {ms('SFT')} → "
+        f"SFT+GRPO {ms('SFT+GRPO')}, higher on {above} of {n} seeds, the gap of means ({order['gap']:+.1f}) "
+        f"{'beyond' if order['beyond_spread'] else 'within'} the spread (sum of the s.d. {order['spread']:.1f}); "
+        f"pooled, SFT+GRPO alone solved {pr['only_b']} episodes, SFT alone {pr['only_a']} (exact McNemar "
+        f"{_p(pr['p_mcnemar'])})"
+    )
+    if "GRPO without SFT" in succ:
+        text += f"; GRPO without SFT {ms('GRPO without SFT')}"
+    return text + "."
+
+
+# figures whose parts should stay on one line of the README: "p = 0.0003", "29.3 ± 4.3%", "3 of 3"
+_UNBROKEN = re.compile(r"p [=<] \S+|\S+ ± \S+|\d+ of \d+|[+-]?\d[\d.]* points")
+
+
+def _wrap(text: str) -> str:
+    glued = _UNBROKEN.sub(lambda m: m.group().replace(" ", "\0"), text)
+    return textwrap.fill(glued, width=120, break_long_words=False, break_on_hyphens=False).replace("\0", " ")
+
+
+def splice(readme: str, block: str, begin: str = BEGIN, end: str = END) -> str:
+    if begin not in readme or end not in readme:
+        raise SystemExit(f"README.md: the markers {begin} and {end} are missing")
+    head, rest = readme.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{block}\n{end}{tail}"
+
+
+def update(readme: str, metrics_dir: str | Path) -> str:
+    """``readme`` with both generated blocks rewritten from ``metrics_dir``."""
+    readme = splice(readme, render(metrics_dir))
+    return splice(readme, render_ordering(metrics_dir), ORDER_BEGIN, ORDER_END)
+
+
+def generated_blocks(readme: str) -> list[str]:
+    """The text of each generated block of ``readme`` (between its markers), in order."""
+    return [readme.split(b, 1)[1].split(e, 1)[0] for b, e in ((BEGIN, END), (ORDER_BEGIN, ORDER_END))]
+
+
+def outside_blocks(readme: str) -> str:
+    """``readme`` without its generated blocks: the prose no run rewrites."""
+    for b, e in ((BEGIN, END), (ORDER_BEGIN, ORDER_END)):
+        head, rest = readme.split(b, 1)
+        readme = head + rest.split(e, 1)[1]
+    return readme
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--metrics", default="metrics")
     ap.add_argument("--readme", default="README.md")
-    ap.add_argument("--check", action="store_true", help="exit 1 if the README's table differs from the metrics")
+    ap.add_argument("--check", action="store_true", help="exit 1 if the README's results differ from the metrics")
     a = ap.parse_args(argv)
     path = Path(a.readme)
     old = path.read_text()
-    new = splice(old, render(a.metrics))
+    new = update(old, a.metrics)
     if a.check:
         if new != old:
-            print(f"{path}: the results table is not the one {a.metrics}/ gives; run `make results`", file=sys.stderr)
+            print(f"{path}: the results are not the ones {a.metrics}/ gives; run `make results`", file=sys.stderr)
             return 1
         return 0
     if new != old:

@@ -24,6 +24,18 @@ real gap from episode noise. ``make seeds`` calls it.
 Why not DVC experiments here: ``dvc exp run --queue -S seed=…`` works too (README), but each queued
 experiment runs in its own temporary copy with nothing to compare side by side until all are done; this
 driver keeps each seed's artifacts inspectable under ``runs/`` and the summary in one file.
+
+Validate before work (shared by ``bon_seeds`` and ``regrpo_seeds``): before the first stage runs, a driver refuses
+with one ``error: ...`` line and exit status 2 (as a stage's bad setting) a negative or repeated seed, a
+``--runs-dir`` or output that is not a folder / file, a run outside the repository root, and overrides that do not
+compose or build every stage's config (``params.section_configs``: the checks ``make params`` runs); an absolute
+``--runs-dir`` is passed to the stages relative to the working directory (stages take relative paths only). Then it
+prints its plan — per seed, the steps it would run and those already done, by the stages' own rule (metrics present,
+parameter stamp unchanged; :func:`plan`) — and an estimate: each step's wall time as last recorded by a driver
+(``logs/<step>.seconds`` beside its log), else the stage's own timing in its metrics details (``train_time_s``,
+``elapsed_s``, ``seconds``, ``wall_s``, ``interactive_s``), from the same seed or the median over the other seeds
+under ``--runs-dir``, else the workspace's own (committed) run; ``unknown`` when no finished run has one. ``--dry-run``
+prints that and runs nothing.
 """
 
 from __future__ import annotations
@@ -32,11 +44,16 @@ import argparse
 import json
 import logging
 import math
+import os
 import re
+import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -67,9 +84,20 @@ def _conf_paths(conf_file: Path = Path("conf/config.yaml")) -> dict[str, str]:
     return paths
 
 
+def seconds_file(log_base: Path) -> Path:
+    """Where a step's wall time (seconds, of its last successful run) is kept: ``<step>.seconds`` beside its
+    ``<step>.log``."""
+    return log_base.with_name(log_base.name + ".seconds")
+
+
 def _run(cmd: list[str], log_file: Path) -> None:
+    base = log_file.with_name(log_file.name.removesuffix(".log"))
+    if _planner is not None:  # planning: record the step (a tool that reuses its own results), run nothing
+        _planner.add(base, None, None, "tool")
+        return
     log_file.parent.mkdir(parents=True, exist_ok=True)
     log.info("run: %s (log: %s)", " ".join(cmd), log_file)
+    t0 = time.monotonic()
     with log_file.open("a", encoding="utf-8") as f:
         proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0:
@@ -77,6 +105,7 @@ def _run(cmd: list[str], log_file: Path) -> None:
         raise RuntimeError(
             f"{' '.join(cmd[:3])} failed with exit code {proc.returncode}; last output of {log_file}:\n{tail}"
         )
+    seconds_file(base).write_text(f"{time.monotonic() - t0:.1f}\n", encoding="utf-8")
 
 
 def _dvc_stage(stage: str, dvc_file: Path) -> dict[str, Any]:
@@ -201,6 +230,11 @@ def _run_stage(seed: int, stage: str, args: list[str], done: Path, log_base: Pat
     """Run ``stages.<stage>`` with ``args`` unless ``done`` exists and the stage's parameter stamp
     (``<log_base>.params.sha256``) matches; ``force`` = an earlier stage reran. True when it ran."""
     stamp_file = log_base.with_name(log_base.name + ".params.sha256")
+    if _planner is not None:  # planning: the same rule, nothing run (no stamp needed when it reruns anyway)
+        fresh = done.exists() and not force and stamp_file.exists()
+        would = not (fresh and stamp_file.read_text("utf-8").strip() == _stamp(stage, args))
+        _planner.add(log_base, done, stage, ("rerun" if done.exists() else "run") if would else "done")
+        return would
     stamp = _stamp(stage, args)
     same = stamp_file.exists() and stamp_file.read_text("utf-8").strip() == stamp
     if done.exists() and same and not force:
@@ -216,6 +250,274 @@ def _run_stage(seed: int, stage: str, args: list[str], done: Path, log_base: Pat
     stamp_file.parent.mkdir(parents=True, exist_ok=True)
     stamp_file.write_text(stamp + "\n", encoding="utf-8")
     return True
+
+
+# --- validate before work, then the plan and its estimate (module docstring) ---
+
+
+class Refused(SystemExit):
+    """A driver refused its arguments, inputs or prerequisites before running anything: exit status 2 (a stage's
+    bad setting ends the same way, stages/_hydra.py); ``str()`` is the one-line message :func:`refuse` printed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def refuse(message: str) -> NoReturn:
+    """End a driver before its first stage: ``error: <message>`` as one line on stderr, exit status 2."""
+    message = " ".join(message.split())  # one line, whatever the message quoted
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise Refused(message)
+
+
+def check_args(args: argparse.Namespace, min_seeds: int = 1) -> dict[int, Path]:
+    """The checks every seed driver makes of :func:`seed_parser`'s arguments before anything runs; ``{seed: its
+    folder}``. An absolute ``--runs-dir`` is made relative to the working directory (``args.runs_dir`` too): the
+    stages take relative paths only (``pipeline.Paths``)."""
+    neg = [s for s in args.seeds if s < 0]
+    if neg:
+        refuse(f"--seeds: {' '.join(map(str, neg))}: a seed is an integer >= 0; give e.g. --seeds 0 1 2")
+    twice = sorted({s for s in args.seeds if args.seeds.count(s) > 1})
+    if twice:
+        refuse(
+            f"--seeds: {', '.join(map(str, twice))} given more than once; each seed runs once and counts once, "
+            "so give distinct seeds (e.g. --seeds 0 1 2)"
+        )
+    if len(args.seeds) < min_seeds:
+        refuse(f"--seeds: a spread needs at least {min_seeds} seeds")
+    if not str(args.runs_dir).strip():
+        refuse("--runs-dir: empty; give a folder, e.g. --runs-dir runs")
+    runs_dir = Path(args.runs_dir)
+    if runs_dir.is_absolute():
+        try:
+            runs_dir = Path(os.path.relpath(runs_dir))
+        except ValueError:  # another drive (Windows): no relative path reaches it
+            refuse(
+                f"--runs-dir: {args.runs_dir} cannot be reached by a path relative to {Path.cwd()}; give a folder there"
+            )
+    if runs_dir.exists() and not runs_dir.is_dir():
+        refuse(
+            f"--runs-dir: {args.runs_dir} is a file; give a folder (each seed's artifacts go under <runs-dir>/seed-<s>/)"
+        )
+    for flag, out in (("--out-metrics", args.out_metrics), ("--out-report", args.out_report)):
+        if Path(out).is_dir():
+            refuse(f"{flag}: {out} is a folder; give the file to write")
+    if not args.summary_only:
+        for f in ("conf/config.yaml", "dvc.yaml", "params.yaml"):
+            if not Path(f).is_file():
+                refuse(f"{f}: not found under {Path.cwd()}; run the driver from the repository root")
+    args.runs_dir = runs_dir.as_posix()
+    return {s: runs_dir / f"seed-{s}" for s in args.seeds}
+
+
+def _hydra_message(exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    cause = exc.__cause__
+    if cause is not None and str(cause).strip():
+        first += f" ({str(cause).strip().splitlines()[0]})"
+    return first
+
+
+def check_config(overrides: list[str]) -> dict[str, Any]:
+    """``conf/`` composed with ``overrides`` as every stage composes it, after each stage's section was built
+    (``params.section_configs``, ``make params``' checks): overrides that do not compose, or a bad value, are refused
+    with one line before the first stage runs instead of failing the stage that reads it (after the others)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from embodied_rft.config import ConfigError
+    from embodied_rft.params import section_configs
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(Path("conf").resolve()), version_base="1.3"):
+            cfg = OmegaConf.to_container(compose(config_name="config", overrides=list(overrides)), resolve=True)
+    except Exception as exc:  # noqa: BLE001 - Hydra's own errors (grammar, composition, a missing option)
+        refuse(f"overrides {' '.join(overrides)}: {_hydra_message(exc)}")
+    finally:
+        GlobalHydra.instance().clear()
+    assert isinstance(cfg, dict)
+    try:
+        section_configs(cfg)
+    except ConfigError as exc:
+        refuse(f"{exc} (overrides: {' '.join(overrides) or 'none'})")
+    return cfg
+
+
+def metrics_seconds(stage: str, record: dict[str, Any]) -> float | None:
+    """A stage's own timing in its metrics record (its main loop, without start-up: a lower bound of its wall
+    time); None for a stage that keeps none."""
+    try:
+        if stage == "sft":
+            return float(record["train_time_s"])
+        if stage == "verifier":
+            return float(record["sft"]["train_time_s"])
+        if stage == "grpo":
+            return float(record["final"]["elapsed_s"])
+        if stage == "distill":
+            return float(record["seconds"])
+        if stage == "evaluate":
+            return float(sum(t.get("interactive_s", 0) + t.get("offline_s", 0) for t in record["timing"].values()))
+        if stage == "bon":
+            return float(sum(s["wall_s"] for s in record["selectors"].values()))
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return None
+    return None
+
+
+def _under(path: Path, root: Path) -> Path | None:
+    try:
+        return path.relative_to(root)
+    except ValueError:
+        return None
+
+
+def estimate_seconds(root: Path, log_base: Path, done: Path | None, stage: str | None) -> float | None:
+    """A step's wall time from finished runs (module docstring): its ``.seconds`` record, else its stage's timing
+    in its metrics (:func:`metrics_seconds`); the seed's own earlier run first, else the median over the other
+    ``seed-*`` folders beside ``root``, else the workspace's own run (the committed default run's metrics). None
+    when none has one."""
+    rel_log = _under(log_base, root)
+    rel_done = _under(done, root) if done is not None else None
+
+    def one(r: Path) -> float | None:
+        if rel_log is not None:
+            try:
+                return float(seconds_file(r / rel_log).read_text("utf-8").strip())
+            except (OSError, ValueError):
+                pass
+        if rel_done is None or stage is None:
+            return None
+        f = r / rel_done
+        try:
+            record = json.loads((details_path(f) if details_path(f).is_file() else f).read_text("utf-8"))
+        except (OSError, ValueError):
+            return None
+        return metrics_seconds(stage, record) if isinstance(record, dict) else None
+
+    own = one(root)
+    if own is not None:
+        return own
+    others = [x for r in sorted(root.parent.glob("seed-*")) if r != root and (x := one(r)) is not None]
+    if others:
+        return statistics.median(others)
+    # no seed has run yet: the workspace's own run (the default pipeline's committed metrics), if it has the stage
+    workspace = Path.cwd()
+    return one(workspace) if workspace.resolve() != root.resolve() else None
+
+
+@dataclass
+class Step:
+    """One step of a driver's plan for one seed."""
+
+    seed: int
+    # the step's log under the seed's folder, without ``logs/``: ``sft``, ``regrpo/rot/sft``, ``regrpo/rot/rot``
+    name: str
+    # done | run | rerun (its metrics exist but its parameters, code, inputs or an earlier step changed) | tool (a
+    # command that reuses its own result when its inputs are unchanged)
+    status: str
+    # the estimate of its wall time (None: unknown; not estimated for a done step)
+    seconds: float | None = None
+
+
+@dataclass
+class _Planner:
+    seed: int = 0
+    root: Path = Path()
+    steps: list[Step] = field(default_factory=list)
+
+    def add(self, log_base: Path, done: Path | None, stage: str | None, status: str) -> None:
+        rel = _under(log_base, self.root)
+        name = "/".join(p for p in rel.parts if p != "logs") if rel is not None else log_base.as_posix()
+        secs = None if status == "done" else estimate_seconds(self.root, log_base, done, stage)
+        self.steps.append(Step(self.seed, name, status, secs))
+
+
+# set while :func:`plan` runs a driver's per-seed function: _run_stage and _run record instead of running
+_planner: _Planner | None = None
+
+
+def planning() -> bool:
+    """True while :func:`plan` runs a driver's per-seed function: a driver's own side effects (copies) wait too."""
+    return _planner is not None
+
+
+def plan(runs: dict[int, Path], run_one: Callable[[int, Path], None]) -> list[Step]:
+    """What ``run_one(seed, root)`` (a driver's ``run_seed``) would run for each seed, without running anything:
+    each stage by :func:`_run_stage`'s own rule (metrics present and parameter stamp unchanged = done; after a step
+    that runs, every stage it feeds reruns), each step with :func:`estimate_seconds`."""
+    global _planner
+    planner = _Planner()
+    _planner = planner
+    try:
+        for s, root in runs.items():
+            planner.seed, planner.root = s, root
+            run_one(s, root)
+    finally:
+        _planner = None
+    return planner.steps
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def render_plan(steps: list[Step], header: str) -> str:
+    """The plan as text: per seed the steps to run (with their estimates) and those done, then the total."""
+    lines = [f"plan: {header}"]
+    est = lambda st: f"~{_duration(st.seconds)}" if st.seconds is not None else "unknown"  # noqa: E731
+    for seed in dict.fromkeys(st.seed for st in steps):
+        mine = [st for st in steps if st.seed == seed]
+        parts = []
+        todo = [st for st in mine if st.status in ("run", "rerun")]
+        if todo:
+            parts.append(
+                "to run "
+                + ", ".join(f"{st.name} ({'rerun, ' if st.status == 'rerun' else ''}{est(st)})" for st in todo)
+            )
+        tools = [st for st in mine if st.status == "tool"]
+        if tools:
+            parts.append(
+                "then, each reusing its result if unchanged, " + ", ".join(f"{st.name} ({est(st)})" for st in tools)
+            )
+        done = [st.name for st in mine if st.status == "done"]
+        if done:
+            parts.append("done " + ", ".join(done))
+        lines.append(f"  seed {seed}: " + "; ".join(parts or ["nothing"]))
+    work = [st for st in steps if st.status != "done"]
+    known = [st.seconds for st in work if st.seconds is not None]
+    if not work:
+        lines.append("estimate: nothing to run (every step is done)")
+    elif not known:
+        lines.append(f"estimate: unknown ({len(work)} steps to run, none timed in a finished run yet)")
+    else:
+        unknown = len(work) - len(known)
+        lines.append(
+            f"estimate: ~{_duration(sum(known))} for {len(known)} of the {len(work)} steps to run"
+            + (f", plus {unknown} of unknown duration" if unknown else "")
+            + " (wall times recorded by earlier runs, else the stages' own timings in their metrics)"
+        )
+    return "\n".join(lines)
+
+
+def announce(runs: dict[int, Path], run_one: Callable[[int, Path], None], header: str, dry_run: bool) -> bool:
+    """Print the plan of ``run_one`` over ``runs`` and its estimate before anything runs (a plan that cannot be made
+    — a missing dep, a missing prerequisite — is refused with one line); False for ``--dry-run``: run nothing."""
+    try:
+        steps = plan(runs, run_one)
+    except ValueError as exc:
+        refuse(str(exc))
+    print(render_plan(steps, header), flush=True)
+    return not dry_run
 
 
 def _mean_sd(values: list[float]) -> tuple[float, float]:
@@ -405,6 +707,7 @@ def seed_parser(doc: str | None, name: str) -> argparse.ArgumentParser:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--runs-dir", default="runs", help="each seed's artifacts go under <runs-dir>/seed-<s>/")
     ap.add_argument("--summary-only", action="store_true", help="summarise the finished runs, run nothing")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan and its time estimate, run nothing")
     ap.add_argument("--out-metrics", default=f"metrics/{name}.json")
     ap.add_argument("--out-report", default=f"reports/{name}.md")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for every stage (after --)")
@@ -426,12 +729,16 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"
     )
-    if len(args.seeds) < 2:
-        ap.error("--seeds: a spread needs at least two seeds")
-    runs = {s: Path(args.runs_dir) / f"seed-{s}" for s in args.seeds}
+    runs = check_args(args, min_seeds=2)
     if not args.summary_only:
+        overrides = list(args.overrides)
+        check_config(overrides)
+        run_one = lambda s, root: run_seed(s, root, overrides, args.ablation_no_sft)  # noqa: E731
+        what = f"{len(STAGES)} stages{' and the no-SFT ablation' if args.ablation_no_sft else ''}"
+        if not announce(runs, run_one, f"seeds {list(runs)} under {args.runs_dir}/, {what} each", args.dry_run):
+            return 0
         for s, root in runs.items():
-            run_seed(s, root, list(args.overrides), args.ablation_no_sft)
+            run_one(s, root)
     missing = [str(r / "metrics" / "eval.json") for r in runs.values() if not (r / "metrics" / "eval.json").exists()]
     if missing:
         raise SystemExit(f"no evaluation results for: {', '.join(missing)} (run without --summary-only first)")

@@ -30,26 +30,49 @@ How the rest of the world uses it:
   ``teacher.openai.api_key_env=<the --token-env variable>``.
 
 Safety: binds to 127.0.0.1 unless ``--host`` says otherwise; an optional bearer token read from an environment
-variable (never from the command line, where ``ps`` shows it) and compared in constant time; request bodies
-over ``--max-request-mb`` are refused with 413 before they are read; images must be inline ``data:`` URLs (the
-server makes no network requests) and at most ``--max-image-pixels`` pixels, checked before decoding;
-``max_tokens`` is capped at ``--max-tokens-cap``; a slow client is dropped after ``--timeout-s``.
-Requests are served one generation at a time (a transformers model is not thread-safe); use
-``--backend vllm`` on a GPU for throughput. Departures from OpenAI: no streaming (400), no tools.
+variable (never from the command line, where ``ps`` shows it), compared in constant time and checked from the
+headers before any body is read (a wrong token gets 401 at once, its body unread); request bodies over
+``--max-request-mb`` are refused with 413 before they are read; images must be inline ``data:`` URLs (the server
+makes no network requests) and at most ``--max-image-pixels`` pixels, checked before decoding; ``max_tokens`` is
+capped at ``--max-tokens-cap``. Departures from OpenAI: no streaming (400), no tools.
+
+Connections: one event-loop thread accepts (``--backlog``, 512 by default, so a burst of connects queues instead
+of being reset) and reads every connection's request line and headers, which must arrive within
+``--header-timeout`` seconds in all (not per byte: a client trickling a byte at a time is cut at the deadline with
+408); a connection still sending its headers, or idle between kept-alive requests, costs a socket and a buffer,
+not a thread, and does not count against ``--max-connections``: at most ``--max-pending-connections`` of them are
+held, and one more closes the oldest. A request whose headers are complete takes one of ``--max-connections``
+slots (503 at once when none frees within half a second) and goes to a fixed pool of that many handler threads,
+which check the token, read the body (``--timeout-s`` in all) and answer. Generation runs on one dedicated worker
+thread fed by a queue (a transformers model is not thread-safe, and one thread means one OpenMP team instead of
+one per request thread), its torch intra-op threads set once there (``--threads``); a request waits its turn
+within ``--request-budget-s`` (504 past it), and one whose client left is dropped from the queue or stopped
+mid-generation. Use ``--backend vllm`` on a GPU for throughput.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import concurrent.futures
+import errno
+import heapq
 import hmac
+import itertools
 import json
 import logging
 import os
+import queue
+import select
+import selectors
+import socket
+import socketserver
 import sys
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -59,52 +82,464 @@ from embodied_rft.tools.chat_request import RequestError, ServeConfig, _apply_st
 
 log = logging.getLogger(__name__)
 
+# a request line and headers longer than this, in all, get 431 without being parsed
+MAX_HEADER_BYTES = 64 * 1024
+# a request whose headers are complete while every slot is busy waits this long for one before it gets 503: a
+# slot whose answer has just gone out is freed by the event loop a moment later, and a client that sends its
+# next request at once must not see 503 for that moment
+SLOT_WAIT_S = 0.5
+# after an answer that closes the connection, what the client still sends (a body left unread after 401 or 413)
+# is read and dropped for at most this long, so the close is a FIN after the answer, not an RST that can destroy
+# the answer before the client reads it
+LINGER_S = 2.0
+# how often a request waiting for the generation worker checks whether its client is still there
+_POLL_S = 0.25
+# a generation past its request's budget has this long to notice (its should_stop is polled once per token)
+_STOP_GRACE_S = 1.0
+
+_WAKE = object()
+
 
 class ClientGone(Exception):
     """The client closed its connection while its request was generating: nobody to answer."""
 
 
-class _BoundedServer(ThreadingHTTPServer):
-    """A threading server that serves at most ``limit`` connections at once; one more is answered 503 at once
-    and closed, so a flood of connections cannot become a flood of threads."""
+def _error_body(message: str, code: str, etype: str = "invalid_request_error") -> bytes:
+    return json.dumps({"error": {"message": message, "type": etype, "param": None, "code": code}}).encode()
 
-    def __init__(self, addr: Any, handler: Any, limit: int) -> None:
-        self._slots = threading.BoundedSemaphore(limit)
+
+class _Conn:
+    """One client connection as the event loop holds it: the bytes read so far of its next request, and the
+    deadline of its current state."""
+
+    __slots__ = ("sock", "addr", "buf", "scanned", "deadline", "state")
+
+    def __init__(self, sock: socket.socket, addr: Any) -> None:
+        self.sock, self.addr = sock, addr
+        self.buf = bytearray()
+        self.scanned = 0  # buf[:scanned] holds no end of headers
+        self.deadline = 0.0
+        self.state = "headers"  # "headers" | "wait" (for a slot) | "busy" (a handler thread has it) | "linger"
+
+    def head_complete(self) -> bool:
+        """Whether ``buf`` holds the request line and every header (a blank line ends them)."""
+        buf = self.buf
+        if buf[:1] == b"\n" or buf[:2] == b"\r\n":
+            return True  # a blank request line: http.server answers it by closing
+        i = buf.find(b"\n", max(self.scanned - 2, 0))
+        while i >= 0:
+            if buf[i + 1 : i + 2] == b"\n" or buf[i + 1 : i + 3] == b"\r\n":
+                return True
+            i = buf.find(b"\n", i + 1)
+        self.scanned = len(buf)
+        return False
+
+
+class _Reader:
+    """The request as http.server reads it (``readline``, ``read``): first the bytes the event loop already
+    read, then the socket; with ``deadline`` set, every read together must finish by it (TimeoutError)."""
+
+    def __init__(self, sock: socket.socket, buf: bytearray) -> None:
+        self._sock, self._buf = sock, buf
+        self.deadline: float | None = None
+
+    def _fill(self) -> bool:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request did not arrive in time")
+            self._sock.settimeout(left)
+        data = self._sock.recv(256 * 1024)
+        self._buf += data
+        return bool(data)
+
+    def readline(self, limit: int = -1) -> bytes:
+        while True:
+            i = self._buf.find(b"\n")
+            if i >= 0 and (limit < 0 or i < limit):
+                n = i + 1
+                break
+            if 0 <= limit <= len(self._buf):
+                n = limit
+                break
+            if not self._fill():
+                n = len(self._buf)
+                break
+        line = bytes(self._buf[:n])
+        del self._buf[:n]
+        return line
+
+    def read(self, n: int) -> bytes:
+        while len(self._buf) < n and self._fill():
+            pass
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
+
+    def leftover(self) -> bytearray:
+        """What the client sent beyond the request (the next one, pipelined)."""
+        return self._buf
+
+
+class _Writer:
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def write(self, data: bytes) -> int:
+        self._sock.sendall(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+class _ChatHTTPServer(socketserver.TCPServer):
+    """The connection side of :class:`ChatServer`: an event loop that accepts and reads request heads, and a
+    fixed pool of handler threads that serve requests whose head is complete. See the module docstring."""
+
+    allow_reuse_address = True
+
+    def __init__(self, addr: tuple[str, int], handler: type[_Handler], cfg: ServeConfig) -> None:
+        self.cfg = cfg
+        self.request_queue_size = cfg.backlog
+        self.address_family = socket.AF_INET6 if ":" in addr[0] else socket.AF_INET
+        self.listen_backlog = 0  # what server_activate passed to listen()
+        self._handler_class = handler
+        self._jobs: queue.SimpleQueue[_Conn | None] = queue.SimpleQueue()
+        self._inbox: collections.deque[tuple[_Conn, str]] = collections.deque()
+        self._inbox_lock = threading.Lock()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._stopped.set()
+        self._closed = False
+        # owned by the loop thread alone
+        self._pending: dict[socket.socket, _Conn] = {}  # oldest first
+        self._waiting: collections.deque[_Conn] = collections.deque()
+        self._busy: set[_Conn] = set()
+        self._active = 0
+        self._timers: list[tuple[float, int, _Conn]] = []
+        self._seq = itertools.count()
+        self._sel: selectors.BaseSelector | None = None
         super().__init__(addr, handler)
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            body = json.dumps(
-                {
-                    "error": {
-                        "message": "the server is at its connection limit; retry shortly",
-                        "type": "server_error",
-                        "param": None,
-                        "code": "server_busy",
-                    }
-                }
-            ).encode()
-            head = (
-                f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
-                "\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
-            ).encode()
+    def server_activate(self) -> None:
+        self.listen_backlog = self.request_queue_size
+        self.socket.listen(self.listen_backlog)
+
+    # ---- the event loop (one thread) ------------------------------------------------------------------
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self._stopped.clear()
+        self.socket.setblocking(False)
+        sel = self._sel = selectors.DefaultSelector()
+        sel.register(self.socket, selectors.EVENT_READ, None)
+        sel.register(self._wake_r, selectors.EVENT_READ, _WAKE)
+        pool = [
+            threading.Thread(target=self._handler_loop, name=f"chat-handler-{i}", daemon=True)
+            for i in range(self.cfg.max_connections)
+        ]
+        for t in pool:
+            t.start()
+        try:
+            while not self._stop.is_set():
+                timeout = poll_interval
+                if self._timers:
+                    timeout = min(timeout, max(self._timers[0][0] - time.monotonic(), 0.0))
+                for key, _ in sel.select(timeout):
+                    if key.data is None:
+                        self._accept()
+                    elif key.data is _WAKE:
+                        try:
+                            while self._wake_r.recv(4096):
+                                pass
+                        except OSError:
+                            pass
+                    else:
+                        self._on_readable(key.data)
+                self._take_inbox()
+                self._serve_waiting()
+                self._expire()
+        finally:
+            self._wind_down(pool)
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._wake()
+        self._stopped.wait()
+
+    def server_close(self) -> None:
+        super().server_close()
+        for s in (self._wake_r, self._wake_w):
+            s.close()
+
+    def _wind_down(self, pool: list[threading.Thread]) -> None:
+        with self._inbox_lock:
+            self._closed = True
+            for conn, _ in self._inbox:
+                _close(conn.sock)
+            self._inbox.clear()
+        for conn in list(self._pending.values()) + list(self._waiting):
+            _close(conn.sock)
+        for conn in list(self._busy):  # wakes a handler blocked on its client
             try:
-                request.sendall(head + body)
+                conn.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
+        self._pending.clear()
+        self._waiting.clear()
+        self._busy.clear()
+        self._timers.clear()
+        for _ in pool:
+            self._jobs.put(None)
+        if self._sel is not None:
+            self._sel.close()
+        self._stopped.set()
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def _wake(self) -> None:
         try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
+            self._wake_w.send(b"\0")
+        except OSError:  # full (a wake-up is already pending) or closed
+            pass
+
+    def _set_deadline(self, conn: _Conn, seconds: float) -> None:
+        conn.deadline = time.monotonic() + seconds
+        heapq.heappush(self._timers, (conn.deadline, next(self._seq), conn))
+
+    def _accept(self) -> None:
+        for _ in range(self.request_queue_size):  # drain the queue, not one per wake-up
+            try:
+                sock, addr = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of file descriptors: free the oldest waiting one and come back
+                log.warning("accept failed (%s); dropping the oldest pending connection", exc)
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and self._pending:
+                    self._drop(next(iter(self._pending.values())))
+                return
+            sock.setblocking(False)
+            try:  # answers are written whole; never hold a segment back for an ACK
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+            if len(self._pending) >= self.cfg.max_pending_connections:
+                oldest = next(iter(self._pending.values()))
+                log.debug("%d connections pending; closing the oldest, %s", len(self._pending), oldest.addr[0])
+                self._drop(oldest)
+            self._adopt(_Conn(sock, addr), self.cfg.header_timeout_s)
+
+    def _adopt(self, conn: _Conn, seconds: float) -> None:
+        """Hold ``conn`` in the loop until its next request's head is complete (or ``seconds`` pass)."""
+        self._pending[conn.sock] = conn
+        self._set_deadline(conn, seconds)
+        try:
+            assert self._sel is not None
+            self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+        except (OSError, ValueError):  # the client is already gone
+            self._drop(conn)
+            return
+        if conn.state == "headers" and conn.buf and conn.head_complete():
+            self._head_complete(conn)
+
+    def _release(self, conn: _Conn) -> None:
+        """Stop holding ``conn`` in the loop (it goes to a handler, waits for a slot, or closes)."""
+        self._pending.pop(conn.sock, None)
+        if self._sel is not None:
+            try:
+                self._sel.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+
+    def _drop(self, conn: _Conn) -> None:
+        self._release(conn)
+        _close(conn.sock)
+
+    def _on_readable(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(conn)
+            return
+        if conn.state == "linger":
+            return  # what a refused client still sends is dropped
+        conn.buf += data
+        if conn.head_complete():
+            self._head_complete(conn)
+        elif len(conn.buf) > MAX_HEADER_BYTES:
+            self._refuse(
+                conn,
+                431,
+                "Request Header Fields Too Large",
+                _error_body(f"the request line and headers exceed {MAX_HEADER_BYTES} bytes", "headers_too_large"),
+            )
+
+    def _head_complete(self, conn: _Conn) -> None:
+        self._release(conn)
+        if self._active < self.cfg.max_connections:
+            self._dispatch(conn)
+        else:
+            conn.state = "wait"
+            self._set_deadline(conn, SLOT_WAIT_S)
+            self._waiting.append(conn)
+
+    def _dispatch(self, conn: _Conn) -> None:
+        self._active += 1
+        conn.state = "busy"
+        self._busy.add(conn)
+        self._jobs.put(conn)
+
+    def _serve_waiting(self) -> None:
+        while self._waiting and self._active < self.cfg.max_connections:
+            self._dispatch(self._waiting.popleft())
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            deadline, _, conn = heapq.heappop(self._timers)
+            if conn.deadline != deadline:
+                continue  # a later state of the connection set a later deadline
+            if conn.state == "linger" or (conn.state == "headers" and not conn.buf):
+                if self._pending.get(conn.sock) is conn:
+                    self._drop(conn)  # done lingering, or idle: nothing was asked, nothing to answer
+            elif conn.state == "headers" and self._pending.get(conn.sock) is conn:
+                t = self.cfg.header_timeout_s
+                self._refuse(
+                    conn,
+                    408,
+                    "Request Timeout",
+                    _error_body(f"the request line and headers did not arrive within {t:g} s", "request_timeout"),
+                )
+            elif conn.state == "wait":
+                self._waiting.remove(conn)
+                self._refuse(
+                    conn,
+                    503,
+                    "Service Unavailable",
+                    _error_body("the server is at its connection limit; retry shortly", "server_busy", "server_error"),
+                    {"Retry-After": "1"},
+                )
+
+    def _refuse(self, conn: _Conn, status: int, reason: str, body: bytes, extra: dict | None = None) -> None:
+        """Answer from the loop (a short answer fits the socket's send buffer: no blocking) and close."""
+        head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in (extra or {}).items()) + "Connection: close\r\n\r\n"
+        try:
+            conn.sock.send(head.encode() + body)
+        except OSError:
+            pass
+        self._linger(conn)
+
+    def _linger(self, conn: _Conn) -> None:
+        self._release(conn)
+        try:
+            conn.sock.setblocking(False)
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            _close(conn.sock)
+            return
+        conn.state = "linger"
+        conn.buf = bytearray()
+        self._adopt(conn, LINGER_S)
+
+    def _take_inbox(self) -> None:
+        """Connections handler threads are done with: kept alive (back to reading heads), closed, or dropped."""
+        while self._inbox:
+            conn, action = self._inbox.popleft()
+            self._busy.discard(conn)
+            self._active -= 1
+            if action == "keep":
+                conn.sock.setblocking(False)
+                conn.state = "headers"
+                conn.scanned = 0
+                self._adopt(conn, self.cfg.header_timeout_s)
+            elif action == "close":
+                self._linger(conn)
+            else:
+                _close(conn.sock)
+
+    # ---- the handler threads ------------------------------------------------------------------------------
+    def _handler_loop(self) -> None:
+        while (conn := self._jobs.get()) is not None:
+            try:
+                action = self._handle(conn)
+            except OSError:
+                action = "drop"  # the client went away mid-answer
+            except Exception:  # noqa: BLE001 - a handler bug must not cost the server a thread
+                log.exception("request handling failed")
+                action = "drop"
+            with self._inbox_lock:
+                if self._closed:
+                    _close(conn.sock)
+                    continue
+                self._inbox.append((conn, action))
+            self._wake()
+
+    def _handle(self, conn: _Conn) -> str:
+        conn.sock.setblocking(True)
+        conn.sock.settimeout(self.cfg.timeout_s)
+        reader = _Reader(conn.sock, conn.buf)
+        handler = self._handler_class(conn.sock, conn.addr, self, reader)
+        if handler.close_connection:
+            return "close"
+        conn.buf = reader.leftover()
+        return "keep"
+
+
+def _close(sock: socket.socket) -> None:
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+class _GenerationWorker:
+    """The one thread that runs generations, in the order they were asked for: the model is used by one thread
+    only, and that thread's OpenMP team is made once, its size set once (``threads``; 0 = torch's default)."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self._q: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="chat-generation", daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                self._q.put(None)
+                self._thread = None
+
+    def submit(self, fn: Callable[[], Any], should_stop: Callable[[], bool]) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self._q.put((fut, fn, should_stop))
+        return fut
+
+    def _run(self) -> None:
+        if self.threads or "torch" in sys.modules:
+            import torch
+
+            torch.set_num_threads(self.threads or torch.get_num_threads())
+        while (job := self._q.get()) is not None:
+            fut, fn, should_stop = job
+            if not fut.set_running_or_notify_cancel():
+                continue  # its request gave up while queued
+            if should_stop():
+                fut.set_exception(GenerationCancelled("stopped before it started"))
+                continue
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - the request answers it; the worker lives on
+                fut.set_exception(exc)
 
 
 class ChatServer:
@@ -117,12 +552,11 @@ class ChatServer:
         self.generator = generator
         self.cfg = cfg
         self.token = token
-        self._lock = threading.Lock()
         self.created = int(time.time())
         self.context_tokens = cfg.context_tokens or int(getattr(generator, "context_length", 0) or 0)
-        handler = type("Handler", (_Handler,), {"server_ref": self, "timeout": cfg.timeout_s})
-        self.httpd = _BoundedServer((host, port), handler, cfg.max_connections)
-        self.httpd.daemon_threads = True
+        handler = type("Handler", (_Handler,), {"server_ref": self})
+        self.httpd = _ChatHTTPServer((host, port), handler, cfg)
+        self.worker = _GenerationWorker(cfg.threads)
         self._thread: threading.Thread | None = None
 
     @property
@@ -131,18 +565,21 @@ class ChatServer:
         return f"http://{host}:{port}/v1"
 
     def start(self) -> ChatServer:
+        self.worker.start()
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="chat-server", daemon=True)
         self._thread.start()
         return self
 
     def serve_forever(self) -> None:
+        self.worker.start()
         self.httpd.serve_forever()
 
     def shutdown(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
         if self._thread is not None:
+            self.httpd.shutdown()
             self._thread.join(timeout=10)
+        self.httpd.server_close()
+        self.worker.stop()
 
     def authorized(self, header: str | None) -> bool:
         if self.token is None:
@@ -190,9 +627,10 @@ class ChatServer:
             )
         return n
 
-    def chat(self, body: Any, client_gone: Any = None) -> dict:
-        """One chat completion. ``client_gone`` (a callable) is polled while generating: a client that left
-        stops its generation; so does the request's time budget (504)."""
+    def chat(self, body: Any, client_gone: Callable[[], bool] | None = None) -> dict:
+        """One chat completion, generated on the worker thread. ``client_gone`` (a callable) is polled while the
+        request waits and while it generates: a client that left stops its generation (or never starts it); so
+        does the request's time budget (504)."""
         messages, images, s = parse_chat_request(
             body, self.cfg, bool(getattr(self.generator, "supports_images", False))
         )
@@ -206,14 +644,15 @@ class ChatServer:
             "timeout",
             "server_error",
         )
-        if not self._lock.acquire(timeout=self.cfg.request_budget_s):
-            raise timeout
+
+        def gone() -> bool:
+            return bool(client_gone and client_gone())
 
         def should_stop() -> bool:
-            return time.monotonic() > deadline or bool(client_gone and client_gone())
+            return time.monotonic() > deadline or gone()
 
-        try:
-            outs = self.generator.complete(
+        def generate() -> list:
+            return self.generator.complete(
                 [messages],
                 [images] if images else None,
                 max_new_tokens=s["max_new_tokens"],
@@ -223,12 +662,25 @@ class ChatServer:
                 seed=s["seed"],
                 should_stop=should_stop,
             )[0]
-        except GenerationCancelled:
-            if client_gone and client_gone():
+
+        fut = self.worker.submit(generate, should_stop)
+        while not fut.done():
+            concurrent.futures.wait([fut], timeout=_POLL_S)
+            if fut.done():
+                break
+            if gone() and fut.cancel():
+                raise ClientGone()  # left while queued: its generation never runs
+            now = time.monotonic()
+            # queued past the budget: dropped from the queue; generating past it: its should_stop says so at the
+            # next token, and a backend that never asks gets the grace before the request is answered anyway
+            if now > deadline and (fut.cancel() or now > deadline + _STOP_GRACE_S):
+                raise timeout
+        exc = fut.exception()
+        if isinstance(exc, GenerationCancelled):
+            if gone():
                 raise ClientGone() from None
             raise timeout from None
-        finally:
-            self._lock.release()
+        outs = fut.result()
         choices = []
         for i, c in enumerate(outs):
             text, stopped = _apply_stop(c.text, s["stop"])
@@ -257,9 +709,33 @@ class ChatServer:
 
 
 class _Handler(BaseHTTPRequestHandler):
+    """One request on a handler thread: its head already read by the event loop (in ``rfile``), its token
+    checked before its body is read."""
+
     server_ref: ChatServer
     protocol_version = "HTTP/1.1"
     server_version = "embodied-rft"
+
+    def __init__(self, sock: socket.socket, addr: Any, server: Any, reader: _Reader) -> None:
+        self._reader = reader
+        self._expect_continue = False
+        super().__init__(sock, addr, server)  # handles the request
+
+    def setup(self) -> None:
+        self.connection = self.request
+        self.rfile = self._reader
+        self.wfile = _Writer(self.request)
+
+    def handle(self) -> None:
+        self.close_connection = True
+        self.handle_one_request()  # one request; the event loop waits for the next
+
+    def finish(self) -> None:
+        pass
+
+    def handle_expect_100(self) -> bool:
+        self._expect_continue = True  # "100 Continue" only once the token and the size are accepted
+        return True
 
     def log_message(self, fmt: str, *args: Any) -> None:  # never the headers: they may carry the token
         log.debug("%s %s", self.address_string(), fmt % args)
@@ -273,8 +749,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         if self.close_connection:
             self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(data)
+        # head and body in one write: two small writes wait on the client's delayed ACK (Nagle), 40-200 ms a
+        # request on a kept-alive connection
+        self._headers_buffer.append(b"\r\n")
+        self.wfile.write(b"".join(self._headers_buffer) + data)
+        self._headers_buffer = []
 
     def _error(self, e: RequestError, extra: dict | None = None) -> None:
         self._send(
@@ -284,9 +763,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self) -> str:
         return self.path.split("?", 1)[0].rstrip("/")
 
-    def _auth(self) -> bool:
+    def _auth(self, close: bool = False) -> bool:
+        """Whether the request carries the token; if not, answers 401 (and, with ``close``, closes the connection:
+        a body left unread cannot be skipped)."""
         if self.server_ref.authorized(self.headers.get("Authorization")):
             return True
+        self.close_connection = self.close_connection or close
         self._error(
             RequestError(401, "missing or invalid bearer token", None, "invalid_api_key", "authentication_error"),
             {"WWW-Authenticate": "Bearer"},
@@ -306,9 +788,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         route = self._route()
         try:
-            body = self._read_body()  # read (or refuse) the body first, so the connection stays in sync
-            if not self._auth():
+            if not self._auth(close=True):  # from the headers alone: a wrong token's body is never read
                 return
+            body = self._read_body()  # read (or refuse) the body before answering, so the connection stays in sync
             if route != "/v1/chat/completions":
                 raise RequestError(404, f"no route POST {route}", None, "not_found", "not_found_error")
             try:
@@ -348,16 +830,21 @@ class _Handler(BaseHTTPRequestHandler):
             raise RequestError(
                 413, f"request body of {n} bytes exceeds the limit of {limit} bytes", None, "request_too_large"
             )
+        if self._expect_continue:
+            self.send_response_only(100)
+            self.end_headers()
+        t = self.server_ref.cfg.timeout_s
+        self._reader.deadline = time.monotonic() + t  # the whole body, not each read
         try:
-            data = self.rfile.read(n)
+            data = self._reader.read(n)
         except TimeoutError:
             self.close_connection = True
             raise RequestError(
-                408,
-                f"the request body did not arrive within {self.server_ref.cfg.timeout_s:g} s",
-                None,
-                "request_timeout",
+                408, f"the request body did not arrive within {t:g} s", None, "request_timeout"
             ) from None
+        finally:
+            self._reader.deadline = None
+            self.connection.settimeout(t)
         if len(data) < n:
             self.close_connection = True
             raise RequestError(400, f"the body ended after {len(data)} of {n} bytes", None, "incomplete_body")
@@ -365,12 +852,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _client_gone(self) -> bool:
         """Whether the client closed its side (readable with nothing to read) while we generate."""
-        import select
-        import socket
-
         try:
-            ready, _, _ = select.select([self.connection], [], [], 0)
-            return bool(ready) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            poller = select.poll()  # not select.select: it fails on descriptors past 1023
+            poller.register(self.connection, select.POLLIN)
+            return bool(poller.poll(0)) and self.connection.recv(1, socket.MSG_PEEK) == b""
         except (OSError, ValueError):
             return True
 
@@ -396,7 +881,17 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--max-image-pixels", type=int, default=ServeConfig.max_image_pixels, help="largest image, pixels")
     p.add_argument(
-        "--timeout-s", type=float, default=ServeConfig.timeout_s, help="seconds a client may take to send a request"
+        "--timeout-s",
+        type=float,
+        default=ServeConfig.timeout_s,
+        help="seconds a client may take to send a request body, in all",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=ServeConfig.header_timeout_s,
+        help="seconds a connection may take to send its request line and headers, in all (408 past it); also the "
+        "longest idle wait between kept-alive requests",
     )
     p.add_argument("--max-prompt-tokens", type=int, default=0, help="longest prompt, tokens (0 = context - max_tokens)")
     p.add_argument(
@@ -405,7 +900,27 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=ServeConfig.request_budget_s,
         help="seconds one request may wait and generate before it gets 504 and its generation stops",
     )
-    p.add_argument("--max-connections", type=int, default=ServeConfig.max_connections, help="connections at once")
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=ServeConfig.max_connections,
+        help="requests served at once, headers complete (more get 503); also the handler threads",
+    )
+    p.add_argument(
+        "--max-pending-connections",
+        type=int,
+        default=ServeConfig.max_pending_connections,
+        help="connections still sending headers or idle between requests (one more closes the oldest)",
+    )
+    p.add_argument(
+        "--backlog", type=int, default=ServeConfig.backlog, help="listen() backlog: connects queued before accept"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=ServeConfig.threads,
+        help="torch intra-op threads of the generation worker (0 = torch's default)",
+    )
     p.add_argument(
         "--allow-public-without-token",
         action="store_true",
@@ -449,6 +964,10 @@ def main(argv: list[str] | None = None) -> int:
             max_prompt_tokens=a.max_prompt_tokens,
             request_budget_s=a.request_budget_s,
             max_connections=a.max_connections,
+            header_timeout_s=a.header_timeout,
+            max_pending_connections=a.max_pending_connections,
+            backlog=a.backlog,
+            threads=a.threads,
         )
     except ConfigError as exc:
         print(f"bad option: {exc}", file=sys.stderr)
@@ -463,7 +982,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        server.httpd.server_close()
+        server.shutdown()
         gen.close()
     return 0
 

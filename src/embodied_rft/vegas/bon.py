@@ -13,19 +13,25 @@ prompt config (the training prompt). Outputs, each written atomically:
   (``evaluate/store.py``), so a killed run resumes where it stopped; ``work_dir/live_<verifier>.jsonl`` likewise
   for the live candidates' scores.
 
+Before any selector plays, :func:`check_models` checks that every model the selectors need is on this machine and
+looks loadable (the policy; the SFT policy for ``bon_zs``; the trained verifier for ``bon_ft``; SmolLM2's GGUF file for
+``bon_zs_smollm2``): a missing one ends the stage with one line naming its setting and how to make it, instead of
+after the selectors before it have played.
+
 Every selector plays the same episodes (a selector capped by ``max_episodes_by_selector`` plays a seeded, subset-
 balanced part of them; its paired test uses the shared ones). All numbers are a symbolic-simulator proxy.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import as_dict
+from ..config import ConfigError, as_dict
 from ..core.metrics import write_metrics
 from ..data.prompt import PromptConfig
 from ..evaluate.aggregate import aggregate, paired
@@ -180,6 +186,7 @@ def run_bon(
     """Run every selector of ``cfg`` (module docstring). ``models``: ``policy``, ``sft`` and ``verifier`` folders."""
     from ..generation import make_generator
 
+    check_models(cfg, models)  # before anything loads or plays
     work_dir = Path(work_dir)
     if cfg.num_threads:
         import torch
@@ -233,6 +240,55 @@ def run_bon(
     render_report(metrics, report_path)
     success_plot(metrics, plot_path)
     return metrics
+
+
+def check_models(cfg: BonConfig, models: Mapping[str, str | Path], *, checkpoints: bool = True) -> None:
+    """ConfigError, naming the setting and how to make it, unless every model ``cfg``'s selectors (and
+    ``live_verifiers``) need is on this machine and looks loadable: the checkpoint folders of ``models`` (a config,
+    complete weights and a tokenizer: ``models/integrity.py``) and the zero-shot SmolLM2 verifier (``bon.zs_model``:
+    its GGUF file, or a local checkpoint; nothing is ever downloaded). ``checkpoints=False`` checks only the latter,
+    for a caller whose stages still make the folders (``tools/bon_seeds.py``)."""
+    from ..models.integrity import DamagedCheckpointError, check_checkpoint
+    from ..models.pretrained import ModelNotAvailableError, gguf_path, resolve_checkpoint
+
+    used = [s for s in dict.fromkeys((*cfg.selectors, *cfg.live_verifiers)) if s in VERIFIED]
+    where = {s: "bon.selectors" if s in cfg.selectors else "bon.live_verifiers" for s in used}
+    if checkpoints:
+        need = [("policy", f"paths.{cfg.policy}_model", f"bon.policy={cfg.policy}", cfg.policy, "")]
+        if "bon_zs" in used:
+            need.append(("sft", "paths.sft_model", f"bon_zs ({where['bon_zs']})", "sft", "bon_zs"))
+        if "bon_ft" in used:
+            need.append(("verifier", "paths.verifier_model", f"bon_ft ({where['bon_ft']})", "verifier", "bon_ft"))
+        for key, setting, who, stage, sel in need:
+            path = Path(models[key])
+            drop = f", or leave {sel} out of {where[sel]}" if sel else ""
+            if not (path / "config.json").is_file():
+                raise ConfigError(
+                    f"{setting}: {path} holds no checkpoint (no config.json), which {who} needs before any selector "
+                    f"plays; make it first (`dvc repro {stage}` or `python -m stages.{stage}`){drop}"
+                )
+            try:
+                check_checkpoint(path)
+            except DamagedCheckpointError as exc:
+                raise ConfigError(f"{setting}: {exc} ({who} needs it{drop})") from None
+    if "bon_zs_smollm2" in used:
+        zs = cfg.zs_model
+        try:
+            if zs.kind == "gguf":
+                if importlib.util.find_spec("gguf") is None:
+                    raise ModelNotAvailableError(
+                        "kind=gguf needs the `gguf` package to read GGUF files: `pip install gguf`"
+                    )
+                gguf_path(zs)
+            elif zs.kind == "pretrained":
+                check_checkpoint(resolve_checkpoint(str(zs.path)))
+            else:
+                raise ModelNotAvailableError(
+                    f"kind={zs.kind} has no pretrained weights to verify with; use smollm2_135m"
+                )
+        except (ModelNotAvailableError, DamagedCheckpointError) as exc:
+            w = where["bon_zs_smollm2"]
+            raise ConfigError(f"bon.zs_model: {exc} (bon_zs_smollm2 needs it; or leave it out of {w})") from None
 
 
 def _verifier(sel: str, cfg: BonConfig, models: Mapping[str, Any], gen: Any) -> Any:
@@ -305,4 +361,14 @@ def summarize_bon(
     }
 
 
-__all__ = ["BON_HEADLINE", "coverage", "cost", "live_items", "play", "run_bon", "score_live", "summarize_bon"]
+__all__ = [
+    "BON_HEADLINE",
+    "check_models",
+    "coverage",
+    "cost",
+    "live_items",
+    "play",
+    "run_bon",
+    "score_live",
+    "summarize_bon",
+]

@@ -10,6 +10,13 @@ sampling-time log-probs included). It is written into a fresh folder, then the `
 replaced atomically, then older folders are removed — a kill at any moment leaves a loadable checkpoint.
 A checkpoint records a fingerprint of the run's config and inputs; a checkpoint with another fingerprint
 is ignored (with a warning), so a changed config never resumes into a stale run.
+
+Nothing is unpickled: the weights are ``policy.safetensors``; the trainer state is read by ``torch.load`` with
+``weights_only=True``, which builds only tensors, plain containers and the engine's own dataclasses listed in
+:data:`STATE_TYPES` (an extension whose objects enter the buffer adds its classes with
+:func:`register_state_types`). Every file is sealed in ``checksums.sha256`` (:mod:`embodied_rft.core.integrity`)
+before the folder is published; a checkpoint whose bytes changed since (a flipped byte in the weights or the
+state) is not resumed: the run starts afresh and says why, rather than training on from damaged weights.
 """
 
 from __future__ import annotations
@@ -25,15 +32,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_model, save_model
 
 from embodied_rft.core.atomic import write_text_atomic
 from embodied_rft.core.digest import json_digest
+from embodied_rft.core.integrity import IntegrityError, seal_folder, verify_folder
+from embodied_rft.filtering import FilterConfig, FilterStats, GroupBuffer
 
 log = logging.getLogger(__name__)
 
 _LATEST = "latest"
 _STATE = "trainer_state.pt"
-_WEIGHTS = "policy.pt"
+_WEIGHTS = "policy.safetensors"
 
 
 @dataclass
@@ -68,6 +78,11 @@ class EngineState:
     history: list[dict] = field(default_factory=list)
     last_saved: int = 0  # updates at the last checkpoint
     wandb_id: str | None = None
+
+
+#: Classes the trainer state may hold besides tensors and plain containers (see the module docstring); the engine
+#: adds its group types (``train/grpo/engine.py``).
+STATE_TYPES: list[type] = [EngineState, GroupBuffer, FilterConfig, FilterStats]
 
 
 def fingerprint(obj: Any) -> str:
@@ -108,7 +123,7 @@ def save_checkpoint(
         shutil.rmtree(stale, ignore_errors=True)
     name = f"ckpt-{state.updates:07d}"
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=work_dir))
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp / _WEIGHTS)
+    save_model(model, str(tmp / _WEIGHTS))  # tied weights (embeddings = LM head) are stored once
     torch.save(
         {
             "fingerprint": fp,
@@ -120,6 +135,7 @@ def save_checkpoint(
         },
         tmp / _STATE,
     )
+    seal_folder(tmp)
     final = work_dir / name
     if final.exists():
         shutil.rmtree(final)
@@ -133,7 +149,7 @@ def save_checkpoint(
 
 
 def load_checkpoint(work_dir: str | Path, fp: str) -> tuple[Path, dict] | None:
-    """The latest checkpoint's folder and trainer state, or None (none there, or another run's)."""
+    """The latest checkpoint's folder and trainer state, or None (none there, another run's, or damaged)."""
     pointer = Path(work_dir) / _LATEST
     if not pointer.exists():
         return None
@@ -141,13 +157,24 @@ def load_checkpoint(work_dir: str | Path, fp: str) -> tuple[Path, dict] | None:
     if not (folder / _STATE).exists() or not (folder / _WEIGHTS).exists():
         log.warning("checkpoint pointer %s names %s, which is incomplete; starting fresh", pointer, folder)
         return None
-    # our own files (pickled dataclasses and the buffer), never a downloaded artifact
     try:
-        blob = torch.load(folder / _STATE, map_location="cpu", weights_only=False)
-    except (ModuleNotFoundError, AttributeError, pickle.UnpicklingError, EOFError, RuntimeError) as exc:
-        # written by another version of this code (a renamed module or class) or cut short: not resumable
+        sealed = verify_folder(folder, "the checkpoint is not resumed")
+    except IntegrityError as exc:
+        log.warning("checkpoint damaged: %s; starting fresh", exc)
+        return None
+    if not sealed:
+        log.warning("checkpoint %s has no checksums (written by an older version); starting fresh", folder)
+        return None
+    try:
+        with torch.serialization.safe_globals(list(STATE_TYPES)):
+            blob = torch.load(folder / _STATE, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, EOFError, RuntimeError, AttributeError) as exc:
+        # written by another version of this code (a renamed or unregistered class): not resumable
         log.warning(
-            "checkpoint %s cannot be read by this version (%s: %s); starting fresh", folder, type(exc).__name__, exc
+            "checkpoint %s cannot be read by this version (%s: %s); starting fresh",
+            folder,
+            type(exc).__name__,
+            str(exc).splitlines()[0] if str(exc) else "",
         )
         return None
     if blob.get("fingerprint") != fp:
@@ -162,14 +189,25 @@ def load_checkpoint(work_dir: str | Path, fp: str) -> tuple[Path, dict] | None:
 
 
 def load_weights(folder: Path, model: Any) -> None:
-    model.load_state_dict(torch.load(folder / _WEIGHTS, map_location="cpu", weights_only=True))
+    missing, unexpected = load_model(model, str(folder / _WEIGHTS), strict=True)
+    if missing or unexpected:  # strict raises first; kept for a clear message should that change
+        raise RuntimeError(f"{folder / _WEIGHTS}: missing {missing}, unexpected {unexpected}")
+
+
+def register_state_types(*classes: type) -> None:
+    """Allow objects of ``classes`` in the trainer state (e.g. an extension's group type in the buffer)."""
+    for cls in classes:
+        if cls not in STATE_TYPES:
+            STATE_TYPES.append(cls)
 
 
 __all__ = [
+    "STATE_TYPES",
     "EngineState",
     "fingerprint",
     "load_checkpoint",
     "load_weights",
+    "register_state_types",
     "save_checkpoint",
     "set_rng_state",
 ]

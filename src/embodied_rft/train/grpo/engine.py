@@ -54,6 +54,7 @@ from embodied_rft.train.grpo.checkpoint import (
     EngineState,
     load_checkpoint,
     load_weights,
+    register_state_types,
     save_checkpoint,
     set_rng_state,
 )
@@ -66,6 +67,9 @@ from embodied_rft.train.grpo.rollout import EncodedPrompt, PolicyIO, make_sample
 from embodied_rft.train.grpo.update import Group, shared_prompt_lm, update_step
 
 log = logging.getLogger(__name__)
+
+# the buffer holds groups of encoded prompts: the checkpoint's pickle-free loader may build these (checkpoint.py)
+register_state_types(Group, EncodedPrompt)
 
 
 @dataclass

@@ -39,6 +39,7 @@ from typing import Any
 
 from embodied_rft.config import check
 from embodied_rft.core.atomic import write_json_atomic, write_jsonl_atomic
+from embodied_rft.core.integrity import sha256_file
 from embodied_rft.data.decompose import sample_record
 from embodied_rft.data.jsonl import DataError, iter_jsonl
 from embodied_rft.data.prompt import PromptConfig
@@ -314,17 +315,29 @@ def select_states(states: tuple[list[dict], dict[str, Any]], failed_only: bool) 
 
 
 def load_or_collect(path: str | Path, key: str, collect: Any) -> tuple[list[dict], dict[str, Any]]:
-    """The states saved at ``path`` for the inputs fingerprint ``key``, else ``collect()``'s, saved there."""
+    """The states saved at ``path`` for the inputs fingerprint ``key``, else ``collect()``'s, saved there. The
+    meta file records the states file's sha256: a file changed since it was written is collected again (and the
+    log says so), never reused."""
     path = Path(path)
     meta_path = path.with_suffix(".meta.json")
     if path.exists() and meta_path.exists():
-        meta = json.loads(meta_path.read_text())
-        if meta.get("key") == key:
-            log.info("reusing %d on-policy states from %s", meta["summary"]["states"], path)
-            return [rec for _, rec in iter_jsonl(path)], meta["summary"]
+        try:
+            meta = json.loads(meta_path.read_text())
+        except ValueError:
+            meta = {}
+        if isinstance(meta, dict) and meta.get("key") == key:
+            if meta.get("sha256") == sha256_file(path):
+                log.info("reusing %d on-policy states from %s", meta["summary"]["states"], path)
+                return [rec for _, rec in iter_jsonl(path)], meta["summary"]
+            log.warning(
+                "%s: does not match the sha256 in %s (edited, damaged, or written by an older version): "
+                "collecting the on-policy states again",
+                path,
+                meta_path.name,
+            )
     samples, summary = collect()
     write_jsonl_atomic(path, samples)
-    write_json_atomic(meta_path, {"key": key, "summary": summary})
+    write_json_atomic(meta_path, {"key": key, "summary": summary, "sha256": sha256_file(path)})
     return samples, summary
 
 

@@ -45,6 +45,7 @@ from typing import Any
 from embodied_rft.config import ConfigError, StageFailed, as_dict
 from embodied_rft.core.atomic import atomic_directory, replace_directory, write_jsonl_atomic
 from embodied_rft.core.digest import path_identity
+from embodied_rft.core.integrity import seal_folder
 from embodied_rft.core.metrics import write_metrics
 from embodied_rft.core.subset import seeded_subset
 from embodied_rft.data.jsonl import iter_jsonl
@@ -291,7 +292,9 @@ def collect(plan: JobPlan, gcfg: GRPOConfig) -> dict[str, Any]:
 
 
 def install_model(src: Path, target: Path) -> None:
-    """Move the job's model folder onto ``target`` (one filesystem), else copy it there; atomic either way."""
+    """Move the job's model folder onto ``target`` (one filesystem), else copy it there; atomic either way. The
+    folder is sealed (``checksums.sha256``) as it is taken over, so later damage is found on load."""
+    seal_folder(src)
     try:
         replace_directory(src, target)
     except OSError as e:

@@ -1,19 +1,25 @@
-"""Trainer callbacks of the SFT stage: throughput of this session, and the held-out check during training.
+"""Trainer callbacks of the SFT stage: throughput of this session, the held-out check during training, and the
+seal of each checkpoint.
 
 :class:`Throughput` records wall time and non-padding input tokens from the start of this session's
 training loop (after a resume, the steps done before the kill are not counted again). :class:`ValCheck`
 runs :func:`format_metrics` every ``every_steps`` optimiser steps on the live model and logs the rates
-(they appear in W&B / TensorBoard next to the loss, and in ``trainer.state.log_history``).
+(they appear in W&B / TensorBoard next to the loss, and in ``trainer.state.log_history``). :class:`SealCheckpoints`
+writes ``checksums.sha256`` into each ``checkpoint-<step>`` folder once the trainer has saved it (every process
+has finished writing), so :mod:`.resume` resumes only from a checkpoint whose bytes are as written.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
+import torch.distributed as dist
 from transformers import TrainerCallback
 
+from embodied_rft.core.integrity import seal_folder
 from embodied_rft.train.sft.heldout import ValPrompt, format_metrics
 
 log = logging.getLogger(__name__)
@@ -48,6 +54,18 @@ class Throughput(TrainerCallback):
         self.seconds = time.perf_counter() - self.t0
         self.steps = int(state.global_step) - self.step0
         self.tokens = int(state.num_input_tokens_seen or 0) - self.tokens0
+
+
+class SealCheckpoints(TrainerCallback):
+    """Seal ``<output_dir>/checkpoint-<step>`` after the trainer saved it (main process; after a barrier)."""
+
+    def on_save(self, args, state, control, **kwargs):
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()  # every process wrote its part (its rng_state_<rank>.pth) before the digests
+        if state.is_world_process_zero:
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if folder.is_dir():
+                seal_folder(folder)
 
 
 class ValCheck(TrainerCallback):

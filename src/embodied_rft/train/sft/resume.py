@@ -18,6 +18,7 @@ from pathlib import Path
 from embodied_rft.config import as_dict
 from embodied_rft.core.atomic import write_text_atomic
 from embodied_rft.core.digest import file_digest, folder_digests
+from embodied_rft.core.integrity import IntegrityError, verify_folder
 from embodied_rft.train.sft.config import SFTConfig
 
 log = logging.getLogger(__name__)
@@ -45,23 +46,34 @@ def run_fingerprint(cfg: SFTConfig, model_dir: Path, data_path: Path) -> dict:
     return {"settings": settings, "model": folder_digests(model_dir), "data": file_digest(data_path)}
 
 
-def _complete(ckpt: Path) -> bool:
-    """A checkpoint is complete once the trainer wrote its state file, the last file it saves. transformers
-    writes that file in place, not atomically: a kill mid-write leaves it cut short, so it must also parse."""
+def _problem(ckpt: Path) -> str | None:
+    """Why ``ckpt`` cannot be resumed from, or None. A checkpoint is complete once it is sealed
+    (``checksums.sha256``, written after the trainer saved every file: callbacks.SealCheckpoints) and its bytes
+    still match the seal; its state file must parse too (transformers writes it in place, not atomically)."""
     try:
-        return isinstance(json.loads((ckpt / "trainer_state.json").read_text("utf-8")), dict)
+        if not verify_folder(ckpt, "not resumed from"):
+            return "it is not sealed (cut short by a kill, or written by an older version)"
+    except IntegrityError as exc:
+        return f"it is damaged ({exc.path.name}: {exc.problem})"
+    try:
+        if isinstance(json.loads((ckpt / "trainer_state.json").read_text("utf-8")), dict):
+            return None
     except (OSError, ValueError):
-        return False
+        pass
+    return "its trainer_state.json is cut short or unreadable"
 
 
 def _newest_checkpoint(work_dir: Path) -> Path | None:
     ckpts = []
     for p in work_dir.glob("checkpoint-*"):
         suffix = p.name.split("-", 1)[1]
-        if suffix.isdigit() and _complete(p):
+        if not suffix.isdigit():
+            continue
+        problem = _problem(p)
+        if problem is None:
             ckpts.append((int(suffix), p))
-        elif suffix.isdigit():
-            log.warning("ignoring incomplete checkpoint %s (cut short by a kill?)", p)
+        else:
+            log.warning("ignoring checkpoint %s: %s", p, problem)
     return max(ckpts)[1] if ckpts else None
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from embodied_rft.config import ConfigError, as_dict
 from embodied_rft.core.atomic import replace_directory, write_json_atomic, write_text_atomic
+from embodied_rft.core.integrity import seal_folder
 from embodied_rft.core.metrics import write_metrics
 from embodied_rft.core.vision import VISION_MODULE_REGEX, freeze_vision, is_vision_model
 from embodied_rft.models import load_model
@@ -199,6 +200,7 @@ def _save_final(trainer: Any, tok: Any, cfg: SFTConfig, model_dir: Path, staging
             card = json.loads((model_dir / CARD).read_text())
         card.update({"source": f"SFT of {model_dir}", "sft": as_dict(cfg)})
         (staging / CARD).write_text(json.dumps(card, indent=2) + "\n")
+        seal_folder(staging)  # checksums.sha256, the last file: load_model verifies it
     trainer.accelerator.wait_for_everyone()
 
 
@@ -233,7 +235,7 @@ def prepare_sft(
     import torch
     from trl import SFTTrainer
 
-    from embodied_rft.train.sft.callbacks import Throughput, ValCheck
+    from embodied_rft.train.sft.callbacks import SealCheckpoints, Throughput, ValCheck
 
     model_dir, data_path, work_dir = Path(model_dir), Path(data_path), Path(work_dir)
     if cfg.num_threads:
@@ -249,7 +251,7 @@ def prepare_sft(
     frozen = freeze_vision(model) if vision and cfg.freeze_vision else 0
     dataset, images_dropped = to_train_dataset(records, vision)
     throughput = Throughput()
-    extra: list[Any] = [throughput]
+    extra: list[Any] = [throughput, SealCheckpoints()]
     if val_prompts and cfg.val.every_steps:
         extra.append(ValCheck(tok, list(val_prompts), cfg.val.every_steps, cfg.val.max_new_tokens, cfg.val.batch_size))
     trainer = SFTTrainer(
