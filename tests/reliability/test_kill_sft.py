@@ -119,7 +119,7 @@ def test_sft_sigkilled_at_random_points_resumes_to_the_uninterrupted_result(tmp_
     kills = kill_repeatedly(SFT, args, root, rng, work_s, watch)
     assert kills[0].killed, f"the child finished before the kill ({replay})"
     run_to_end(SFT, args, root / "rerun.log")
-    m = json.loads((root / "sft.json").read_text())
+    m = json.loads((root / "sft.details.json").read_text())  # the whole record (sft.json holds the headline)
     assert m["steps"] == ref["steps"] == 10 and m["tokens"] == ref["tokens"], replay  # same batches, same order
     assert m["final_loss"] == pytest.approx(ref["final_loss"], rel=1e-4), replay
     a, _ = load_model(root / "sft")

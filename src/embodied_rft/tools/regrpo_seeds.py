@@ -95,8 +95,8 @@ RL = [*RL_STATES, "grpo.decomposed_prompts=recovery"]
 # the η check looks (docs/regrpo.md §8)
 STEPS = [*RL_STATES, "grpo.decomposed_prompts=all"]
 # ReGRPO's success term as the paper defines it: the response's plan executed from the prompt's state reaches the goal
-# (any plan that does, not only the gold one; regrpo/execute.py). Until 2026-12-05 the arms scored the whole gold
-# remaining plan offline (accuracy_full): arm `regrpo_offline`
+# (any plan that does, not only the gold one; regrpo/execute.py). The earlier recipe scored the whole gold remaining
+# plan offline (accuracy_full): arm `regrpo_offline`
 EXECUTED = ["reward=regrpo", "reward.regrpo.success=executed"]
 REGRPO = [*RL, *EXECUTED]
 # what each arm changes
@@ -129,8 +129,8 @@ ARMS = {
     "regrpo_offline": [*RL, "reward=regrpo"],
     # the released trainer's groups: each RoT state's group holds the correct answer, the reflection + correct answer,
     # the failed action again and a corrupted action beside G - 4 samples (regrpo/anchors.py). Not run by default
-    # (--arms regrpo_anchored): on seed 0's valid_seen it broke the tiny policy's answers (0.4% success against 33.8%
-    # for sampled groups; docs/experiments.md, 2026-12-04 (late night))
+    # (--arms regrpo_anchored): on seed 0's valid_seen it broke the tiny policy's answers (docs/experiments.md, ReGRPO's
+    # constructed group members)
     "regrpo_anchored": [*RL, "reward=regrpo", "grpo.anchors=[correct,reflect,failed,corrupted]"],
 }
 # not run by default: the η pair of the kept arm (its recipe and regrpo_steps_eta0's, unchanged) and the paper reward

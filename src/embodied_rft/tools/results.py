@@ -139,7 +139,7 @@ def _verdict(gap: float, p: float) -> str:
 
 
 def _step(name: str, first: str, second: str, pr: dict | None) -> str:
-    """One step of the ordering in the default run: ``SFT < SFT+GRPO holds, +11.2 points (...; p = 0.0003)``."""
+    """One step of the ordering in the default run: ``SFT < SFT+GRPO holds, +<gap> points (...; p = <p>)``."""
     if not pr:
         return f"{name}: no paired result in `metrics/eval.json`"
     return (
@@ -192,7 +192,7 @@ def _seeds_sentence(seeds: dict | None) -> str:
     return text + "."
 
 
-# figures whose parts should stay on one line of the README: "p = 0.0003", "29.3 ± 4.3%", "3 of 3"
+# figures whose parts should stay on one line of the README: "p = <p>", "<mean> ± <sd>%", "<k> of <n>"
 _UNBROKEN = re.compile(r"p [=<] \S+|\S+ ± \S+|\d+ of \d+|[+-]?\d[\d.]* points")
 
 

@@ -7,47 +7,11 @@ Output: ``chat.completion`` objects (``choices[].message.content``, ``finish_rea
 OpenAI-style JSON ``{"error": {"message", "type", "param", "code"}}`` with a 4xx status for anything the client
 got wrong — the server never crashes on a request.
 
-How the rest of the world uses it:
-
-- **EmbodiedBench, remote-model mode** (the real EB-ALFRED / EB-Habitat evaluation this project's proxy stands
-  in for): EB's ``RemoteModel`` builds ``OpenAI(base_url=os.environ["remote_url"])`` for Qwen-family names and
-  routes a name containing ``Qwen2.5-VL-7B-Instruct`` to a plain ``chat.completions.create`` with
-  ``temperature=0``, ``max_tokens=2048`` and a ``json_schema`` ``response_format``. Serve the checkpoint under
-  that name and point EB at it::
-
-      export EVAL_TOKEN=$(openssl rand -hex 16)
-      python -m embodied_rft.tools.serve --model models/grpo --served-model-name Qwen/Qwen2.5-VL-7B-Instruct \\
-          --token-env EVAL_TOKEN --max-tokens-cap 2048
-      # in EmbodiedBench's environment:
-      export remote_url=http://127.0.0.1:8000/v1 OPENAI_API_KEY=$EVAL_TOKEN
-      python -m embodiedbench.main env=eb-alf model_name=Qwen/Qwen2.5-VL-7B-Instruct model_type=remote
-
-  EB sends the frame as ``data:image/jpeg;base64,...`` even though the bytes are PNG; images are decoded from
-  their bytes, so the label does not matter. ``response_format`` is accepted and not enforced (no constrained
-  decoding): the model was trained to answer EB's JSON. This is the path to real EmbodiedBench numbers.
-- **The project's ``openai`` teacher** (``teacher/openai_backend.py``) can distil from a served checkpoint:
-  ``teacher.openai.base_url=http://127.0.0.1:8000/v1``, ``teacher.openai.model=<served name>`` and
-  ``teacher.openai.api_key_env=<the --token-env variable>``.
-
-Safety: binds to 127.0.0.1 unless ``--host`` says otherwise; an optional bearer token read from an environment
-variable (never from the command line, where ``ps`` shows it), compared in constant time and checked from the
-headers before any body is read (a wrong token gets 401 at once, its body unread); request bodies over
-``--max-request-mb`` are refused with 413 before they are read; images must be inline ``data:`` URLs (the server
-makes no network requests) and at most ``--max-image-pixels`` pixels, checked before decoding; ``max_tokens`` is
-capped at ``--max-tokens-cap``. Departures from OpenAI: no streaming (400), no tools.
-
-Connections: one event-loop thread accepts (``--backlog``, 512 by default, so a burst of connects queues instead
-of being reset) and reads every connection's request line and headers, which must arrive within
-``--header-timeout`` seconds in all (not per byte: a client trickling a byte at a time is cut at the deadline with
-408); a connection still sending its headers, or idle between kept-alive requests, costs a socket and a buffer,
-not a thread, and does not count against ``--max-connections``: at most ``--max-pending-connections`` of them are
-held, and one more closes the oldest. A request whose headers are complete takes one of ``--max-connections``
-slots (503 at once when none frees within half a second) and goes to a fixed pool of that many handler threads,
-which check the token, read the body (``--timeout-s`` in all) and answer. Generation runs on one dedicated worker
-thread fed by a queue (a transformers model is not thread-safe, and one thread means one OpenMP team instead of
-one per request thread), its torch intra-op threads set once there (``--threads``); a request waits its turn
-within ``--request-budget-s`` (504 past it), and one whose client left is dropped from the queue or stopped
-mid-generation. Use ``--backend vllm`` on a GPU for throughput.
+The manual — EmbodiedBench's remote-model mode, the teacher pointed at a served checkpoint, the safety rules and
+the connection handling with every flag — is ``docs/serving.md``. In short: one event-loop thread accepts
+(``--backlog``) and reads request heads (``--header-timeout``, its own ``--max-pending-connections`` cap); a
+complete head takes one of ``--max-connections`` handler slots, which check the token before reading the body; one
+generation worker thread (``--threads``) runs every generation.
 """
 
 from __future__ import annotations

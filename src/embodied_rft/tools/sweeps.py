@@ -1,6 +1,6 @@
 """Tables over sweeps: Hydra multirun jobs (``multirun/<date>/<time>/<n>/``) or DVC experiments.
 
-``python -m embodied_rft.tools.sweeps multirun/2026-11-30/10-00-00 --stage grpo`` prints one row per job: its
+``python -m embodied_rft.tools.sweeps multirun/<date>/<time> --stage grpo`` prints one row per job: its
 overrides (from ``.hydra/overrides.yaml``) and the stage's headline metrics (for ``grpo``: held-out reward and
 accuracy_full before/after, filter pass rate, updates). ``make sweep-filter`` runs the filter on/off sweep and
 calls this.

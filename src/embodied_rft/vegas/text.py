@@ -78,7 +78,7 @@ class Facts:
     # task type uses, a knife when it slices) | here (a find of the place the robot already stands at) | other.
     # In the records and the teacher's prompt (vegas/cot.py); in the templated chain of thought only on finds with
     # synth.find_sentence=relevance (a sentence stating it on every action made the tiny verifier worse on live
-    # candidates: docs/experiments.md, 2026-12-02)
+    # candidates: docs/experiments.md, VeGAS's verifier rounds)
     arg: str | None = None
     arg_role: str | None = None
 

@@ -115,8 +115,8 @@ class RolloutStats:
     ``regrpo`` reward, or RoT prompts) also the reflection block's tokens per response (``regrpo/text.py``), the
     share of responses that reflect, and the tokens per response on two kinds of prompt whose last action executed:
     "clean" calls (where ReGRPO's η should make reflections rare) and "silent" ones, recovery samples after a
-    near-miss that executed (a RoT GroundingDrift state, where a reflection is needed). Until 2026-12-06 the silent
-    states counted as clean."""
+    near-miss that executed (a RoT GroundingDrift state, where a reflection is needed); silent states are not
+    clean ones."""
 
     KEYS = ("total", "structure", "valid", "match", "accuracy", "accuracy_full")
 
