@@ -60,6 +60,30 @@ def test_a_sealed_folder_names_the_changed_or_missing_file(tmp_path):
         verify_folder(tmp_path, "fix")
 
 
+def test_a_settled_file_is_hashed_once_per_process_and_a_changed_one_again(tmp_path, monkeypatch):
+    import os
+    import time
+
+    from embodied_rft.core import integrity
+
+    hashed = []
+    real = integrity.sha256_file
+    monkeypatch.setattr(integrity, "sha256_file", lambda p: hashed.append(Path(p).name) or real(p))
+    (tmp_path / "old.bin").write_bytes(b"a" * 100)
+    (tmp_path / "new.bin").write_bytes(b"b" * 100)
+    seal_folder(tmp_path)
+    hour_ago = time.time() - 3600
+    os.utime(tmp_path / "old.bin", (hour_ago, hour_ago))  # written long before the check
+    hashed.clear()
+    assert verify_folder(tmp_path, "fix") and verify_folder(tmp_path, "fix")
+    # the stage's early check and the load after it: the settled file once; the just-written one each time
+    # (a write within the timestamp granularity could leave its signature unchanged)
+    assert hashed == ["new.bin", "old.bin", "new.bin"]
+    (tmp_path / "old.bin").write_bytes(b"c" * 100)  # same size, new mtime: hashed again, and found
+    with pytest.raises(IntegrityError, match=r"old\.bin: sha256"):
+        verify_folder(tmp_path, "fix")
+
+
 def test_a_sealed_record_is_intact_until_one_value_changes():
     rec = seal_record({"episode_id": "e1", "success": True, "progress": 0.75})
     assert record_intact(rec) and record_intact(json.loads(json.dumps(rec)))

@@ -178,7 +178,10 @@ def test_the_entrypoint_records_the_job_and_checks_the_model_it_wrote(tmp_path):
         "import os, pathlib, sys; o = pathlib.Path(sys.argv[2]); o.mkdir(); (o / 'config.json').write_text('{}'); "
         "print('✨ Global step 1: {\"reward\": 1.0}'); print('env', os.environ['EMBODIED_X'])"
     )
-    if_weights = "; (o / 'model.safetensors').write_bytes(b'w')"
+    if_weights = (
+        "; import torch; from safetensors.torch import save_file; save_file({'w': torch.zeros(2)}, o / 'model.safetensors')"
+        "; (o / 'tokenizer.json').write_text('{}')"
+    )
     r = _entry(tmp_path, {"job": str(tmp_path)}, [sys.executable, "-c", write, "--ckpt.output_dir", str(out)])
     assert r.returncode == 1 and "holds no checkpoint" in r.stderr  # exit 0 without weights fails the job
     assert json.loads((tmp_path / "job.json").read_text())["returncode"] == 1

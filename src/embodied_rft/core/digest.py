@@ -24,17 +24,22 @@ SAMPLED_BLOCKS = 64
 _BLOCK = 1 << 20
 
 
+def sha256_file(path: str | Path) -> str:
+    """The sha256 of every byte of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(_BLOCK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def file_digest(path: str | Path) -> str:
     """The sha256 of a file up to :data:`FULL_HASH_BYTES`; ``sampled:<sha256>`` of its size and evenly spread
     1 MiB blocks beyond that."""
     p = Path(path)
     size = p.stat().st_size
     if size <= FULL_HASH_BYTES:
-        h = hashlib.sha256()
-        with p.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(_BLOCK), b""):
-                h.update(chunk)
-        return h.hexdigest()
+        return sha256_file(p)
     h = hashlib.sha256(str(size).encode())
     with p.open("rb") as fh:
         for i in range(SAMPLED_BLOCKS):

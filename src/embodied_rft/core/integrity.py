@@ -14,24 +14,24 @@ used, never used silently.
   :func:`record_intact` is False for an edited or damaged record, and for one that has no digest.
 
 The digests are a guard against accidents, not against an attacker who can rewrite both a file and its digest.
-Every byte is hashed (sha256 runs at roughly 1 GB/s per core, so a 15 GB 7B checkpoint takes seconds): a sampled
-digest (:func:`embodied_rft.core.digest.file_digest` beyond 64 MiB) would miss a flipped byte between its blocks.
+Every byte is hashed (sha256 runs at roughly 1 GB/s per core, so a 15 GB 7B checkpoint takes seconds), once per
+process and file: a sampled digest (:func:`embodied_rft.core.digest.file_digest` beyond 64 MiB) would miss a flipped
+byte between its blocks.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from .atomic import write_text_atomic
+from .digest import json_digest, sha256_file
 
 MANIFEST = "checksums.sha256"
 RECORD_FIELD = "sha"
-_BLOCK = 1 << 20
 
 
 class IntegrityError(ValueError):
@@ -42,15 +42,6 @@ class IntegrityError(ValueError):
         self.problem = problem
         self.fix = fix
         super().__init__(f"{path}: {problem}; {fix}")
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """The sha256 of every byte of a file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(_BLOCK), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _listed(folder: Path) -> list[Path]:
@@ -81,11 +72,24 @@ def read_manifest(folder: str | os.PathLike) -> dict[str, str] | None:
     return out
 
 
+# Files this process already found matching their manifest, by path -> (digest, stat signature): a folder checked
+# when a stage starts and again when its model loads is hashed once. Only files whose mtime was at least
+# _SETTLED_NS old when hashed are remembered (git's "racy clean" rule): a write within the file system's timestamp
+# granularity of the check could otherwise leave the signature unchanged.
+_VERIFIED: dict[Path, tuple[str, tuple[int, int, int]]] = {}
+_SETTLED_NS = 2_000_000_000
+
+
+def _signature(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def verify_folder(folder: str | os.PathLike, fix: str) -> bool:
     """Check every file the folder's manifest lists; True when checked, False when the folder has no manifest.
 
     Raises :class:`IntegrityError` (with ``fix``, what the caller's user should do) naming the first file that is
-    missing or whose bytes changed since :func:`seal_folder`."""
+    missing or whose bytes changed since :func:`seal_folder`. A file this process already verified is not hashed
+    again while its inode, size and mtime are unchanged."""
     root = Path(folder)
     listed = read_manifest(root)
     if listed is None:
@@ -94,19 +98,24 @@ def verify_folder(folder: str | os.PathLike, fix: str) -> bool:
         p = root / name
         if not p.is_file():
             raise IntegrityError(p, f"missing (listed in {MANIFEST})", fix)
+        key, st = p.resolve(), p.stat()
+        if _VERIFIED.get(key) == (digest, _signature(st)):
+            continue
+        started = time.time_ns()
         actual = sha256_file(p)
         if actual != digest:
+            _VERIFIED.pop(key, None)
             raise IntegrityError(
                 p, f"sha256 {actual[:12]}… differs from {digest[:12]}… recorded in {MANIFEST} when it was written", fix
             )
+        if st.st_mtime_ns < started - _SETTLED_NS:
+            _VERIFIED[key] = (digest, _signature(st))
     return True
 
 
 def record_digest(rec: dict[str, Any]) -> str:
-    """The sha256 of a record's canonical JSON, its own ``"sha"`` field left out."""
-    body = {k: v for k, v in rec.items() if k != RECORD_FIELD}
-    blob = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    """The sha256 of a record's canonical JSON (:func:`~.digest.json_digest`), its own ``"sha"`` field left out."""
+    return json_digest({k: v for k, v in rec.items() if k != RECORD_FIELD}, ensure_ascii=False)
 
 
 def seal_record(rec: dict[str, Any]) -> dict[str, Any]:
@@ -128,6 +137,5 @@ __all__ = [
     "record_intact",
     "seal_folder",
     "seal_record",
-    "sha256_file",
     "verify_folder",
 ]

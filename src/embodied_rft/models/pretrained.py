@@ -60,13 +60,19 @@ def gguf_path(cfg: ModelConfig) -> Path:
     return f
 
 
+def gguf_ready(cfg: ModelConfig) -> Path:
+    """The GGUF file of ``cfg``, once the `gguf` package that reads it is installed too (else
+    :class:`ModelNotAvailableError` saying what to install or where the file should be)."""
+    if importlib.util.find_spec("gguf") is None:
+        raise ModelNotAvailableError("kind=gguf needs the `gguf` package to read GGUF files: `pip install gguf`")
+    return gguf_path(cfg)
+
+
 def load_gguf(cfg: ModelConfig) -> tuple[Any, Any]:
     """(model, tokenizer) de-quantised from the GGUF file, in ``cfg.dtype``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    if importlib.util.find_spec("gguf") is None:
-        raise ModelNotAvailableError("kind=gguf needs the `gguf` package to read GGUF files: `pip install gguf`")
-    f = gguf_path(cfg)
+    f = gguf_ready(cfg)
     tok = AutoTokenizer.from_pretrained(f.parent, gguf_file=f.name)
     kwargs: dict[str, Any] = {
         "gguf_file": f.name,

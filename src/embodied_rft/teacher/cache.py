@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..core.digest import json_digest
 from .base import Answer
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,7 @@ CREATE TABLE IF NOT EXISTS answers (
 
 def row_digest(key: str, text: str, tokens_in: int, tokens_out: int, finish_reason: str | None) -> str:
     """The sha256 of an answer row's identity and content (what :meth:`ResponseCache.get` hands out)."""
-    blob = json.dumps([key, text, tokens_in, tokens_out, finish_reason], ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    return json_digest([key, text, tokens_in, tokens_out, finish_reason], ensure_ascii=False)
 
 
 def _digest_data_urls(obj: Any) -> Any:

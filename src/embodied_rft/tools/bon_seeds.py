@@ -179,14 +179,13 @@ def render(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_prerequisites(cfg: dict[str, Any]) -> str:
-    """The composed config's ``bon.policy``, after checking the model no stage of this run makes (the zero-shot
-    SmolLM2 verifier, when a selector needs it); refused with one line when it is missing."""
-    from embodied_rft.config import ConfigError, build
+def check_prerequisites(sections: dict[str, Any]) -> str:
+    """The built ``bon`` config's ``policy`` (``sections``: :func:`check_config`'s), after checking the model no stage
+    of this run makes (the zero-shot SmolLM2 verifier, when a selector needs it); refused with one line when missing."""
+    from embodied_rft.config import ConfigError
     from embodied_rft.vegas.bon import check_models
-    from embodied_rft.vegas.bon_config import BonConfig
 
-    bcfg = build(BonConfig, cfg["bon"], "bon")
+    bcfg = sections["bon"]
     try:
         check_models(bcfg, {}, checkpoints=False)
     except ConfigError as exc:
@@ -202,8 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides = list(args.overrides)
         policy = check_prerequisites(check_config(overrides))
         run_one = lambda s, root: run_seed(s, root, overrides, policy)  # noqa: E731
-        n = len(BASE_STAGES) + (policy == "grpo") + len(VEGAS_STAGES)
-        if not announce(runs, run_one, f"seeds {list(runs)} under {args.runs_dir}/, {n} stages each", args.dry_run):
+        if not announce(runs, run_one, f"seeds {list(runs)} under {args.runs_dir}/", args.dry_run):
             return 0
         for s, root in runs.items():
             run_one(s, root)

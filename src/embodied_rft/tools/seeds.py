@@ -230,14 +230,13 @@ def _run_stage(seed: int, stage: str, args: list[str], done: Path, log_base: Pat
     """Run ``stages.<stage>`` with ``args`` unless ``done`` exists and the stage's parameter stamp
     (``<log_base>.params.sha256``) matches; ``force`` = an earlier stage reran. True when it ran."""
     stamp_file = log_base.with_name(log_base.name + ".params.sha256")
-    if _planner is not None:  # planning: the same rule, nothing run (no stamp needed when it reruns anyway)
-        fresh = done.exists() and not force and stamp_file.exists()
-        would = not (fresh and stamp_file.read_text("utf-8").strip() == _stamp(stage, args))
-        _planner.add(log_base, done, stage, ("rerun" if done.exists() else "run") if would else "done")
-        return would
     stamp = _stamp(stage, args)
     same = stamp_file.exists() and stamp_file.read_text("utf-8").strip() == stamp
-    if done.exists() and same and not force:
+    would = not (done.exists() and same and not force)
+    if _planner is not None:  # planning: the same rule, nothing run
+        _planner.add(log_base, done, stage, ("rerun" if done.exists() else "run") if would else "done")
+        return would
+    if not would:
         return False
     if done.exists():
         log.info(
@@ -323,30 +322,20 @@ def _hydra_message(exc: BaseException) -> str:
 
 
 def check_config(overrides: list[str]) -> dict[str, Any]:
-    """``conf/`` composed with ``overrides`` as every stage composes it, after each stage's section was built
-    (``params.section_configs``, ``make params``' checks): overrides that do not compose, or a bad value, are refused
+    """Every stage's config built (``params.section_configs``, ``make params``' checks) from ``conf/`` composed with
+    ``overrides`` as DVC composes it (``params.compose``): overrides that do not compose, or a bad value, are refused
     with one line before the first stage runs instead of failing the stage that reads it (after the others)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
-
     from embodied_rft.config import ConfigError
-    from embodied_rft.params import section_configs
+    from embodied_rft.params import compose, section_configs
 
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(Path("conf").resolve()), version_base="1.3"):
-            cfg = OmegaConf.to_container(compose(config_name="config", overrides=list(overrides)), resolve=True)
+        cfg = compose("conf", list(overrides))
     except Exception as exc:  # noqa: BLE001 - Hydra's own errors (grammar, composition, a missing option)
         refuse(f"overrides {' '.join(overrides)}: {_hydra_message(exc)}")
-    finally:
-        GlobalHydra.instance().clear()
-    assert isinstance(cfg, dict)
     try:
-        section_configs(cfg)
+        return section_configs(cfg)
     except ConfigError as exc:
         refuse(f"{exc} (overrides: {' '.join(overrides) or 'none'})")
-    return cfg
 
 
 def metrics_seconds(stage: str, record: dict[str, Any]) -> float | None:

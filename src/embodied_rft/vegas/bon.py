@@ -24,7 +24,6 @@ balanced part of them; its paired test uses the shared ones). All numbers are a 
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import random
 from collections.abc import Mapping, Sequence
@@ -249,7 +248,7 @@ def check_models(cfg: BonConfig, models: Mapping[str, str | Path], *, checkpoint
     its GGUF file, or a local checkpoint; nothing is ever downloaded). ``checkpoints=False`` checks only the latter,
     for a caller whose stages still make the folders (``tools/bon_seeds.py``)."""
     from ..models.integrity import DamagedCheckpointError, check_checkpoint
-    from ..models.pretrained import ModelNotAvailableError, gguf_path, resolve_checkpoint
+    from ..models.pretrained import ModelNotAvailableError, gguf_ready, resolve_checkpoint
 
     used = [s for s in dict.fromkeys((*cfg.selectors, *cfg.live_verifiers)) if s in VERIFIED]
     where = {s: "bon.selectors" if s in cfg.selectors else "bon.live_verifiers" for s in used}
@@ -275,11 +274,7 @@ def check_models(cfg: BonConfig, models: Mapping[str, str | Path], *, checkpoint
         zs = cfg.zs_model
         try:
             if zs.kind == "gguf":
-                if importlib.util.find_spec("gguf") is None:
-                    raise ModelNotAvailableError(
-                        "kind=gguf needs the `gguf` package to read GGUF files: `pip install gguf`"
-                    )
-                gguf_path(zs)
+                gguf_ready(zs)
             elif zs.kind == "pretrained":
                 check_checkpoint(resolve_checkpoint(str(zs.path)))
             else:

@@ -162,7 +162,7 @@ def heldout_means(ev: dict) -> dict:
     return {k: v for k, v in ev.items() if k != "per_prompt"}
 
 
-def check_checkpoint(
+def evaluate_checkpoint(
     policy_dir: Any,
     val_samples: Sequence[dict],
     cfg: Any,
@@ -211,7 +211,7 @@ def accuracy_full_gain(pair: dict) -> dict:
 __all__ = [
     "HELDOUT_HEADLINE",
     "accuracy_full_gain",
-    "check_checkpoint",
+    "evaluate_checkpoint",
     "evaluate_greedy",
     "greedy_responses",
     "heldout_block",

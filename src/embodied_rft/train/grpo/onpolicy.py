@@ -39,7 +39,7 @@ from typing import Any
 
 from embodied_rft.config import check
 from embodied_rft.core.atomic import write_json_atomic, write_jsonl_atomic
-from embodied_rft.core.integrity import sha256_file
+from embodied_rft.core.digest import sha256_file
 from embodied_rft.data.decompose import sample_record
 from embodied_rft.data.jsonl import DataError, iter_jsonl
 from embodied_rft.data.prompt import PromptConfig

@@ -20,7 +20,7 @@ order:
    interrupted stage stops its job.
 4. **collect**: from the job's record (:mod:`.entry`: host, OpenRLHF's version, the trainer), OpenRLHF's per-step log
    lines and our reward file's records, regrouped per rollout batch (:mod:`.logs`).
-5. **check**: the local engine's greedy held-out check (``heldout.check_checkpoint``, the same prompts and reward) on
+5. **check**: the local engine's greedy held-out check (``heldout.evaluate_checkpoint``, the same prompts and reward) on
    the initial policy and on the job's model, compared prompt by prompt.
 6. **write**: the model goes into ``paths.grpo_model`` (moved on one filesystem, else copied, atomically either
    way), then the metrics and plot rows. ``metrics/grpo.json`` names the backend, the job's submission id, the
@@ -50,15 +50,15 @@ from embodied_rft.core.metrics import write_metrics
 from embodied_rft.core.subset import seeded_subset
 from embodied_rft.data.jsonl import iter_jsonl
 from embodied_rft.filtering import openrlhf_keep
+from embodied_rft.models import integrity
 from embodied_rft.regrpo.reward import BoundReward, openrlhf_options
 from embodied_rft.reward import RewardConfig
 from embodied_rft.schema import read_samples
 from embodied_rft.train.grpo.config import GRPOConfig
 from embodied_rft.train.grpo.driver import run_key
-from embodied_rft.train.grpo.heldout import check_checkpoint, heldout_block
+from embodied_rft.train.grpo.heldout import evaluate_checkpoint, heldout_block
 from embodied_rft.train.grpo.log import RunTracker
 from embodied_rft.train.openrlhf import logs
-from embodied_rft.train.openrlhf.entry import has_checkpoint
 from embodied_rft.train.openrlhf.job import (
     DEFAULT_EXCLUDES,
     JobLayout,
@@ -279,8 +279,10 @@ def collect(plan: JobPlan, gcfg: GRPOConfig) -> dict[str, Any]:
     record = json.loads(lay.record.read_text(encoding="utf-8"))
     if record.get("returncode") != 0 or record.get("submission_id") != plan.submission_id:
         raise StageFailed(f"grpo: {lay.record} is not this job's successful record: {record}")
-    if not has_checkpoint(lay.model):
-        raise StageFailed(f"grpo: job {plan.submission_id} left no checkpoint in {lay.model}")
+    try:
+        integrity.check_checkpoint(lay.model)
+    except integrity.DamagedCheckpointError as e:
+        raise StageFailed(f"grpo: job {plan.submission_id} left no loadable checkpoint in {lay.model}: {e}") from None
     steps = logs.read_steps(lay.log) if lay.log.is_file() else []
     records = logs.read_reward_records(lay.rewards) if lay.rewards.is_dir() else []
     keep = None
@@ -353,8 +355,8 @@ class OpenRLHFStage:
         def scorer(count_tokens):  # as the local engine binds it: the checkpoint's own token counter
             return BoundReward(reward, count_tokens)
 
-        before = check_checkpoint(self.policy_dir, self.val, gcfg, scorer, root) if self.val else None
-        after = check_checkpoint(plan.layout.model, self.val, gcfg, scorer, root) if self.val else None
+        before = evaluate_checkpoint(self.policy_dir, self.val, gcfg, scorer, root) if self.val else None
+        after = evaluate_checkpoint(plan.layout.model, self.val, gcfg, scorer, root) if self.val else None
         metrics = logs.job_metrics(
             plan.job_identity(), gcfg, got, heldout_block(before, after, gcfg.seed), wall, time.time() - t0
         )

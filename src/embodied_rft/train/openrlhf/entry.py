@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from embodied_rft.core.atomic import write_json_atomic
+from embodied_rft.models.integrity import DamagedCheckpointError, check_checkpoint
+from embodied_rft.train.openrlhf.job import JobLayout
 
 FIX = (
     "the job cannot see the shared root here: mount grpo.openrlhf.shared_root at the same path on every Ray node, "
@@ -83,17 +85,6 @@ def check_input(name: str, path: Path) -> None:
                         )
 
 
-def has_checkpoint(folder: Path) -> bool:
-    """A Hugging Face checkpoint: ``config.json`` and at least one weights file."""
-    weights = [*folder.glob("*.safetensors"), *folder.glob("*.bin")] if folder.is_dir() else []
-    return (folder / "config.json").is_file() and bool(weights)
-
-
-def _output_dir(train: Sequence[str]) -> Path | None:
-    flag = "--ckpt.output_dir"
-    return Path(train[train.index(flag) + 1]) if flag in train[:-1] else None
-
-
 def _openrlhf_version() -> str | None:
     try:
         return importlib.metadata.version("openrlhf")
@@ -126,12 +117,13 @@ def run(job_dir: Path, submission_id: str, inputs: dict[str, Path], env: dict[st
         "inputs": {k: str(v) for k, v in inputs.items()},
         "started": _now(),
     }
-    write_json_atomic(job_dir / "job.json", record)
+    lay = JobLayout(job_dir)
+    write_json_atomic(lay.record, record)
     print(f"embodied_rft: inputs checked from {_where()}; running {record['trainer']}", flush=True)
     proc = subprocess.Popen(
         train, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1, text=True
     )
-    with open(job_dir / "trainer.log", "w", encoding="utf-8") as logf:
+    with open(lay.log, "w", encoding="utf-8") as logf:
         assert proc.stdout is not None
         for line in proc.stdout:
             sys.stdout.write(line)
@@ -139,11 +131,13 @@ def run(job_dir: Path, submission_id: str, inputs: dict[str, Path], env: dict[st
             logf.write(line)
             logf.flush()
     rc = proc.wait()
-    out = _output_dir(train)
-    if rc == 0 and out is not None and not has_checkpoint(out):
-        print(f"error: the trainer exited 0 but {out} holds no checkpoint (config.json + weights)", file=sys.stderr)
-        rc = 1
-    write_json_atomic(job_dir / "job.json", {**record, "finished": _now(), "returncode": rc})
+    if rc == 0:
+        try:
+            check_checkpoint(lay.model)  # config, complete weights and a tokenizer, as the stage will load it
+        except DamagedCheckpointError as e:
+            print(f"error: the trainer exited 0 but {lay.model} holds no checkpoint: {e}", file=sys.stderr)
+            rc = 1
+    write_json_atomic(lay.record, {**record, "finished": _now(), "returncode": rc})
     return rc
 
 

@@ -64,17 +64,15 @@ def _problem(ckpt: Path) -> str | None:
 
 
 def _newest_checkpoint(work_dir: Path) -> Path | None:
-    ckpts = []
-    for p in work_dir.glob("checkpoint-*"):
-        suffix = p.name.split("-", 1)[1]
-        if not suffix.isdigit():
-            continue
+    """The newest checkpoint that can be resumed from; newer ones that cannot are named in a warning, older ones
+    are not checked (each check hashes the whole checkpoint)."""
+    steps = [(int(p.name.split("-", 1)[1]), p) for p in work_dir.glob("checkpoint-*") if p.name[11:].isdigit()]
+    for _, p in sorted(steps, reverse=True):
         problem = _problem(p)
         if problem is None:
-            ckpts.append((int(suffix), p))
-        else:
-            log.warning("ignoring checkpoint %s: %s", p, problem)
-    return max(ckpts)[1] if ckpts else None
+            return p
+        log.warning("ignoring checkpoint %s: %s", p, problem)
+    return None
 
 
 def _read_marker(marker: Path) -> dict | None:
