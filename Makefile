@@ -15,7 +15,7 @@ export PYTHONHASHSEED ?= 0
 # stage commands in dvc.yaml run `python` from the project's venv
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: vllm-env smollm2 bon bon-headroom bon-seeds regrpo-seeds regrpo-sft regrpo-grpo regrpo-twins regrpo-nokl regrpo-bare regrpo-onpolicy regrpo-trigger regrpo-report regrpo-clauses help install params params-check repro results lint test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics exp-show plots fetch-alfred
+.PHONY: vllm-env smollm2 bon bon-headroom regrpo-clauses study study-plan studies help install params params-check repro results lint test test-all test-slow bench serve grpo-cluster grpo-cluster-dry sweep-filter seeds ablation-no-sft grpo-long clean-venv dag metrics exp-show plots fetch-alfred
 
 ##@ Setup
 
@@ -107,9 +107,21 @@ fetch-alfred: ## download ALFRED's trajectory JSONs (json_2.1.0, ~35 MB, askfora
 
 ##@ Experiments on the default run
 
-SEEDS ?= 0 1 2
-seeds: $(STAMP) params ## the whole pipeline once per seed in SEEDS under runs/seed-N/ (+ GRPO without SFT), then success mean ± s.d. and paired tests per model (reports/seeds.md, then the README's results; ~26 min per seed with the ablation; a rerun starts at the first stage whose params or code changed)
-	$(PY) -m embodied_rft.tools.seeds --seeds $(SEEDS) --ablation-no-sft
+S ?= seeds
+SEEDS ?=
+OVERRIDES ?=
+STUDY_ARGS = $(S) $(if $(SEEDS),--seeds $(SEEDS)) $(foreach o,$(OVERRIDES),-o $(o))
+study: $(STAMP) params ## run the study conf/study/$(S).yaml through DVC (studies/$(S)/dvc.yaml), then its table results/$(S)/; SEEDS=… replaces its seeds, OVERRIDES=… adds Hydra overrides (docs/studies.md; `make study S=regrpo`)
+	$(PY) -m embodied_rft.study run $(STUDY_ARGS)
+
+study-plan: $(STAMP) ## what `make study` would run for S (and SEEDS, OVERRIDES), with time estimates; runs nothing
+	$(PY) -m embodied_rft.study run $(STUDY_ARGS) --dry-run
+
+studies: $(STAMP) ## regenerate every studies/<name>/ (dvc.yaml, study.json) from conf/study/ and dvc.yaml (`make study` does it for its study)
+	for f in conf/study/*.yaml; do $(PY) -m embodied_rft.study generate $$f || exit 1; done
+
+seeds: ## `make study S=seeds` (base < SFT < SFT+GRPO and GRPO without SFT over seeds; ~26 min per seed), then the README's results
+	$(MAKE) study S=seeds
 	$(PY) -m embodied_rft.tools.results
 
 ablation-no-sft: $(STAMP) params ## the paper's ablation: GRPO from the base model (no SFT), as a DVC experiment
@@ -122,47 +134,16 @@ sweep-filter: $(STAMP) ## GRPO with the online filter on vs off (Hydra multirun 
 	$(PY) -m stages.grpo -m grpo.filter.enabled=true,false hydra.sweep.dir=multirun/sweep-filter
 	$(PY) -m embodied_rft.tools.sweeps multirun/sweep-filter --stage grpo
 
-##@ VeGAS and ReGRPO (outside `make repro`; hours: a ReGRPO SFT arm ~8 min, an RL arm ~19 min per seed)
+##@ VeGAS and ReGRPO (outside `make repro`; their multi-seed tables are studies: `make study S=vegas`, `S=regrpo`, …)
 
 bon: $(STAMP) $(SMOLLM2_STAMP) params ## VeGAS (docs/vegas.md): failure synthesis, the verifier, every Best-of-N selector paired with greedy (dvc repro bon; outside `make repro`; ~1.5 h after it: verifier 42 min, bon 42 min)
 	$(DVC) repro bon
 
+regrpo-clauses: $(STAMP) ## the ReGRPO clauses across the published ReGRPO study tables (results/regrpo*/table.json) into results/regrpo/clauses.md (runs nothing)
+	$(PY) -m embodied_rft.study.clauses results/regrpo*/table.json --out results/regrpo/clauses.md --json results/regrpo/clauses.json
+
 bon-headroom: $(STAMP) params ## VeGAS's "headroom first" check alone: greedy (+ candidate coverage) and bon_oracle, as a multirun under multirun/bon-headroom
 	$(PY) -m stages.bon -m 'bon.selectors=[greedy,bon_oracle]' hydra.sweep.dir=multirun/bon-headroom
-
-bon-seeds: $(STAMP) $(SMOLLM2_STAMP) params ## VeGAS on every seed in SEEDS (runs/seed-N, reusing `make seeds` runs): synth, verifier, bon, then pooled paired tests (reports/bon_seeds.md; verifier and Best-of-N ~1 h per seed)
-	$(PY) -m embodied_rft.tools.bon_seeds --seeds $(SEEDS)
-
-regrpo-seeds: $(STAMP) params ## ReGRPO (docs/regrpo.md) on every seed in SEEDS under runs/seed-N/regrpo: RoT-SFT vs plain recovery vs shuffled control, ReGRPO vs paper-reward GRPO, eta 0.1 vs 0; then metrics/regrpo.json, reports/regrpo.md (~2 h 20 min per seed)
-	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS)
-
-regrpo-sft: $(STAMP) params ## ReGRPO's cold-start SFT arms only (plain, rot, shuffled) per seed in SEEDS, then the table
-	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms plain rot shuffled
-
-regrpo-grpo: $(STAMP) params ## ReGRPO's RL arms only (paper reward, regrpo, regrpo eta=0; from the rot SFT arm) per seed in SEEDS, then the table
-	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms paper regrpo regrpo_eta0
-
-regrpo-twins: $(STAMP) params ## ReGRPO's eta pair from the second-cycle RoT policy, every arm on data with the silent twins (docs/regrpo.md §2), per seed in SEEDS under runs/seed-N/regrpo-twins; then metrics/regrpo_twins.json, reports/regrpo_twins.md
-	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --subdir regrpo-twins --arms rot_x2 regrpo_steps_kept_x2 regrpo_steps_eta0_x2 --modes regrpo --out-metrics metrics/regrpo_twins.json --out-report reports/regrpo_twins.md -- decompose.rot.silent_twins=true
-
-regrpo-nokl: $(STAMP) params ## ReGRPO's eta pair and the paper reward on its prompts, from the second-cycle RoT policy without the KL to the reference (grpo.kl_coef=0), per seed in SEEDS under runs/seed-N/regrpo; then metrics/regrpo_nokl.json, reports/regrpo_nokl.md
-	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms rot_x2 paper_steps_x2_nokl regrpo_steps_kept_x2_nokl regrpo_steps_eta0_x2_nokl --modes regrpo --out-metrics metrics/regrpo_nokl.json --out-report reports/regrpo_nokl.md
-
-regrpo-bare: $(STAMP) params ## ReGRPO's cold-start SFT arms with a second baseline, no reflection at all on the recovery samples (bare), per seed in SEEDS; then metrics/regrpo_bare.json, reports/regrpo_bare.md
-	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms plain rot shuffled bare --modes free --out-metrics metrics/regrpo_bare.json --out-report reports/regrpo_bare.md
-
-regrpo-onpolicy: $(STAMP) params ## ReGRPO's cold-start SFT arms with the plain arm's own failures in training episodes added as RoT samples (docs/regrpo.md §2), per seed in SEEDS under runs/seed-N/regrpo-onpolicy (trains the plain arm under runs/seed-N/regrpo first if missing); then metrics/regrpo_onpolicy.json, reports/regrpo_onpolicy.md, pooled with the seeds of the published table MERGE names if set (45-51 min per seed)
-	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms plain --modes free --out-metrics runs/regrpo_onpolicy_start.json --out-report runs/regrpo_onpolicy_start.md
-	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --subdir regrpo-onpolicy --arms plain rot shuffled --modes free --onpolicy-from regrpo/plain/models/sft $(if $(MERGE),--merge $(MERGE)) --out-metrics metrics/regrpo_onpolicy.json --out-report reports/regrpo_onpolicy.md
-
-regrpo-trigger: $(STAMP) params ## ReGRPO's plain and RoT SFT arms answering freely and under ReGRPO's inference trigger, per seed in SEEDS; then metrics/regrpo_trigger.json, reports/regrpo_trigger.md
-	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --arms plain rot --modes free regrpo --out-metrics metrics/regrpo_trigger.json --out-report reports/regrpo_trigger.md
-
-regrpo-report: $(STAMP) ## the ReGRPO table from the finished runs/seed-N/regrpo evaluations (runs nothing)
-	$(PY) -m embodied_rft.tools.regrpo_seeds --seeds $(SEEDS) --summary-only
-
-regrpo-clauses: $(STAMP) ## the issue's ReGRPO clauses across every published metrics/regrpo*.json, into metrics/regrpo.json and reports/regrpo.md (reads published tables only; every table regrpo_seeds publishes refreshes it too)
-	$(PY) -m embodied_rft.tools.regrpo_clauses
 
 ##@ Cluster and serving
 
@@ -182,7 +163,7 @@ serve: $(STAMP) ## serve MODEL (default models/grpo) as an OpenAI-compatible API
 
 ##@ Tests and checks
 
-test: $(STAMP) $(SMOLLM2_STAMP) ## run the default test tier (CPU, no network; ~9 min)
+test: $(STAMP) $(SMOLLM2_STAMP) ## run the default test tier (CPU, no network; ~13 min)
 	$(PY) -m pytest -q
 
 test-all: $(STAMP) ## run every CPU test, slow ones included (~15-20 min)

@@ -1,8 +1,9 @@
 """DVC stage `base`: the untrained policy -> models/base.
 
 For the tiny kinds the byte-level BPE tokenizer is trained on the distilled corpus (prompts and answers; with
-``model.tokenizer_extra: [verification]`` also the VeGAS verifier's templates) and the model initialised from
-config; pretrained kinds are converted (GGUF) or copied. The base model is evaluated beside SFT and GRPO and is
+``model.tokenizer_extra: [verification]`` also the VeGAS verifier's templates, a text set VeGAS's plug-in registers:
+``models.config.TOKENIZER_TEXTS``) and the model initialised from config; pretrained kinds are converted (GGUF) or
+copied. The base model is evaluated beside SFT and GRPO and is
 the start of the GRPO-without-SFT ablation.
 """
 
@@ -13,6 +14,7 @@ from embodied_rft.config import build
 from embodied_rft.core.atomic import write_json_atomic
 from embodied_rft.data.jsonl import iter_jsonl
 from embodied_rft.models import ModelConfig, build_base_model
+from embodied_rft.models.config import TOKENIZER_TEXTS
 from embodied_rft.models.factory import CARD
 from embodied_rft.pipeline import stage_context
 from stages._hydra import stage_main
@@ -23,11 +25,8 @@ def corpus(path: Path, extra: tuple[str, ...] = ()):
         for m in rec.get("messages", []):
             if isinstance(m.get("content"), str):
                 yield m["content"]
-    if "verification" in extra:  # model.tokenizer_extra: the VeGAS verifier's templates (docs/vegas.md §6)
-        from embodied_rft.vegas.templates import TEMPLATE_REPEAT, template_corpus
-
-        for _ in range(TEMPLATE_REPEAT):
-            yield from template_corpus()
+    for name in extra:  # model.tokenizer_extra: text sets extensions register (VeGAS's verification: docs/vegas.md §6)
+        yield from TOKENIZER_TEXTS.lookup(name, "model.tokenizer_extra")()
 
 
 @stage_main

@@ -6,6 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
+
+from embodied_rft.core import plugins
 
 # before any test module imports them: failed asserts in tests.helpers show their values too
 pytest.register_assert_rewrite("tests.helpers")
@@ -16,6 +19,10 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]
+
+# the extensions' plug-ins are found as a stage finds them: through the `plugins:` table of conf/config.yaml (a test
+# that builds a section from conf/ data without a stage's context sees the same names; core/plugins.py)
+plugins.use(yaml.safe_load((REPO / "conf" / "config.yaml").read_text("utf-8"))["plugins"])
 
 
 def shared_dir() -> Path | None:

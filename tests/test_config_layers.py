@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import embodied_rft.regrpo.plugin  # noqa: F401 - registers the sections decompose.rot, teacher.rot, reward.regrpo
 from embodied_rft.config import as_dict
 from embodied_rft.data.decompose import DecomposeConfig
 from embodied_rft.data.prompt import PromptConfig

@@ -54,7 +54,7 @@ def test_make_help_lists_every_target_once_under_its_group_with_the_long_ones_ti
     listed = [ln.split()[0] for ln in lines if ln.startswith("  ")]
     every = [t for _, targets in groups for t in targets]
     assert sorted(listed) == sorted(set(every)) and len(listed) == len(every)  # each once
-    assert {"repro", "results", "metrics", "exp-show", "seeds", "bon", "test", "lint", "help"} <= set(listed)
+    assert {"repro", "results", "metrics", "exp-show", "study", "seeds", "bon", "test", "lint", "help"} <= set(listed)
     headers = [ln for ln in lines if ln and not ln.startswith("  ")]
     assert headers == [g for g, _ in groups]
     for group, targets in groups:  # each target printed under its own header
@@ -67,10 +67,7 @@ def test_make_help_lists_every_target_once_under_its_group_with_the_long_ones_ti
         "seeds": "~26 min per seed",
         "grpo-long": "~20 min",
         "bon": "~1.5 h",
-        "bon-seeds": "~1 h per seed",
-        "regrpo-seeds": "~2 h 20 min per seed",
-        "regrpo-onpolicy": "45-51 min per seed",
-        "test": "~9 min",
+        "test": "~13 min",
         "test-all": "~15-20 min",
     }.items():
         assert cost in timed[target], (target, timed[target])

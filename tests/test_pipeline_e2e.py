@@ -10,28 +10,21 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.helpers.clones import tree_digest, working_tree_clone
+from tests.helpers.clones import run_ok, tree_digest, working_tree_clone
 
 MICRO = ["experiment=micro"]
-
-
-def _run(cmd: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
-    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
-    assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    return r
 
 
 @pytest.mark.slow
 def test_micro_pipeline_runs_end_to_end_and_is_cached(tmp_path, repo_root):
     clone = tmp_path / "clone"
     env = working_tree_clone(repo_root, clone)
-    _run([sys.executable, "-m", "embodied_rft.params", *MICRO], clone, env)
-    r = _run([sys.executable, "-m", "dvc", "repro"], clone, env)
+    run_ok([sys.executable, "-m", "embodied_rft.params", *MICRO], clone, env)
+    r = run_ok([sys.executable, "-m", "dvc", "repro"], clone, env)
     for stage in ("prepare", "decompose", "distill", "base", "sft", "grpo", "evaluate"):
         assert f"Running stage '{stage}'" in r.stdout
     m = json.loads((clone / "metrics" / "eval.details.json").read_text())
@@ -42,7 +35,7 @@ def test_micro_pipeline_runs_end_to_end_and_is_cached(tmp_path, repo_root):
     assert (clone / "reports" / "eval.md").read_text().count("proxy") >= 1
     for f in ("prepare", "decompose", "distill", "base", "sft", "grpo"):
         assert (clone / "metrics" / f"{f}.json").exists()
-    assert "Data and pipelines are up to date" in _run([sys.executable, "-m", "dvc", "repro"], clone, env).stdout
+    assert "Data and pipelines are up to date" in run_ok([sys.executable, "-m", "dvc", "repro"], clone, env).stdout
     # a bad value hand-edited into params.yaml: the stage refuses it and every output stays where it was
     # (outputs are persist: DVC does not delete them before the stage runs)
     before = {
@@ -64,9 +57,9 @@ def test_micro_pipeline_runs_end_to_end_and_is_cached(tmp_path, repo_root):
     assert {p: tree_digest(clone / p) for p in before} == before
     (clone / "params.yaml").write_text(good)
     # DVC's Hydra composition: -S recomposes params.yaml from conf/ and the change reaches only the stages below it
-    _run(["git", "add", "-A"], clone, env)
-    _run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "micro"], clone, env)
-    r = _run(
+    run_ok(["git", "add", "-A"], clone, env)
+    run_ok(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "micro"], clone, env)
+    r = run_ok(
         [sys.executable, "-m", "dvc", "exp", "run", "-S", "experiment=micro", "-S", "evaluate.max_episodes=1"],
         clone,
         env,

@@ -17,13 +17,25 @@ from embodied_rft.tools.results import (
     ORDER_BEGIN,
     ORDER_END,
     _p,
-    generated_blocks,
     main,
-    outside_blocks,
     render,
     render_ordering,
     splice,
 )
+
+
+def generated_blocks(readme: str) -> list[str]:
+    """The text of each generated block of ``readme`` (between its markers), in order."""
+    return [readme.split(b, 1)[1].split(e, 1)[0] for b, e in ((BEGIN, END), (ORDER_BEGIN, ORDER_END))]
+
+
+def outside_blocks(readme: str) -> str:
+    """``readme`` without its generated blocks: the prose no run rewrites."""
+    for b, e in ((BEGIN, END), (ORDER_BEGIN, ORDER_END)):
+        head, rest = readme.split(b, 1)
+        readme = head + rest.split(e, 1)[1]
+    return readme
+
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,15 +129,23 @@ def test_committed_readme_table_matches_the_committed_metrics():
 
 
 def _seeds(d: Path, grpo_sd: float = 7.3, gaps: tuple = (11.25, 5.0, -1.0)) -> None:
-    ov = lambda m, sd: {"overall": {"mean": m, "sd": sd}}  # noqa: E731
-    (d / "seeds.json").write_text(
+    ov = lambda m, sd: {"success": {"mean": m, "sd": sd}}  # noqa: E731
+    (d / "seeds_table.json").write_text(
         json.dumps(
             {
-                "seeds": [0, 1, 2],
-                "success": {"SFT": ov(29.31, 4.34), "SFT+GRPO": ov(38.19, grpo_sd), "GRPO without SFT": ov(0.0, 0.0)},
-                "ordering": {"SFT < SFT+GRPO": {"gap": 8.89, "spread": 11.64, "beyond_spread": False}},
-                "paired": {
-                    "SFT < SFT+GRPO": {"gap_per_seed": list(gaps), "only_a": 42, "only_b": 106, "p_mcnemar": 1.4e-7}
+                "outcomes": {
+                    "pipeline/sft": ov(29.31, 4.34),
+                    "pipeline/grpo": ov(38.2, grpo_sd),
+                    "no_sft/grpo": ov(0, 0),
+                },
+                "comparisons": {
+                    "sft_to_grpo": {
+                        "seeds": [0, 1, 2],
+                        "success_gap_per_seed": list(gaps),
+                        "only_a": 42,
+                        "only_b": 106,
+                        "p_mcnemar_pooled": 1.4e-7,
+                    }
                 },
             }
         )
@@ -135,18 +155,16 @@ def _seeds(d: Path, grpo_sd: float = 7.3, gaps: tuple = (11.25, 5.0, -1.0)) -> N
 def test_ordering_prose_says_what_the_metrics_say(tmp_path):
     d = _metrics(tmp_path / "m")
     (d / "base.json").write_text(json.dumps({"parameters": 3674368}))
-    out = render_ordering(d).replace("\n", " ")
+    out = render_ordering(d, d / "seeds_table.json").replace("\n", " ")
     assert out.startswith("In the default run (3.7M parameters): base < SFT: no paired result in `metrics/eval.json`;")
     # 13.0 points, 17 episodes solved by GRPO alone and 4 by SFT alone, p = 0.0072 < 0.05
     assert (
         "SFT < SFT+GRPO holds, +13.0 points (SFT+GRPO alone solved 17 episodes, SFT alone 4; exact McNemar p = 0.0072)"
         in out
     )
-    assert out.endswith(
-        "Seed spread: `make seeds` has not run (it writes `metrics/seeds.json` and `reports/seeds.md`)."
-    )
+    assert out.endswith("Seed spread: `make seeds` has not run (it writes `results/seeds/table.json` and `table.md`).")
     _seeds(d)
-    out = render_ordering(d).replace("\n", " ")
+    out = render_ordering(d, d / "seeds_table.json").replace("\n", " ")
     assert (
         "SFT 29.3 ± 4.3% → SFT+GRPO 38.2 ± 7.3%, higher on 2 of 3 seeds, the gap of means (+8.9) within the spread"
         in out
@@ -156,11 +174,11 @@ def test_ordering_prose_says_what_the_metrics_say(tmp_path):
         in out
     )
     assert out.endswith("; GRPO without SFT 0.0 ± 0.0%.")
-    (d / "seeds.json").write_text(json.dumps({"seeds": [0], "success": {}, "paired": {}, "ordering": {}}))
+    (d / "seeds_table.json").write_text(json.dumps({"seeds": [0], "outcomes": {}, "comparisons": {}}))
     assert (
-        render_ordering(d)
+        render_ordering(d, d / "seeds_table.json")
         .replace("\n", " ")
-        .endswith("Seed spread: `reports/seeds.md` (`metrics/seeds.json` has no SFT < SFT+GRPO step to quote here).")
+        .endswith("Seed spread: `results/seeds/table.md` (it has no SFT < SFT+GRPO comparison to quote here).")
     )
     _seeds(d)
     ev = json.loads((d / "eval.json").read_text())
@@ -170,7 +188,8 @@ def test_ordering_prose_says_what_the_metrics_say(tmp_path):
     ):
         ev["paired"]["sft->grpo"].update(gap=gap, p_mcnemar=p)
         (d / "eval.json").write_text(json.dumps(ev))
-        assert f"SFT < SFT+GRPO {verdict}, {gap:+.1f} points" in render_ordering(d).replace("\n", " ")
+        out = render_ordering(d, d / "seeds_table.json").replace("\n", " ")
+        assert f"SFT < SFT+GRPO {verdict}, {gap:+.1f} points" in out
 
 
 # figures as the README writes them: a signed number is a difference ("+11.2"), an unsigned one a level ("45.4");
@@ -239,6 +258,6 @@ def test_no_figure_of_a_run_stands_in_the_readme_outside_the_generated_blocks(tm
         f"figures of the committed run in the README's prose outside the generated blocks: {sorted(stray)}"
     )
     assert f"{fresh_pair['gap']:+.1f} points" in " ".join(generated_blocks(rerun)[1].split())
-    if (fresh / "seeds.json").exists():
-        sft = json.loads((fresh / "seeds.json").read_text())["success"]["SFT"]["overall"]
+    if (ROOT / "results/seeds/table.json").exists():
+        sft = json.loads((ROOT / "results/seeds/table.json").read_text())["outcomes"]["pipeline/sft"]["success"]
         assert f"SFT {sft['mean']:.1f} ± {sft['sd']:.1f}%" in " ".join(generated_blocks(rerun)[1].split())

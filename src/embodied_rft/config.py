@@ -4,7 +4,9 @@ Every stage reads its section of the composed config (Hydra's ``conf/`` or DVC's
 ``params.yaml``) into a frozen dataclass with :func:`build`. ``build`` rejects unknown keys (with the
 closest valid name), wrong types and missing required fields, naming the full dotted key, so a typo
 fails fast instead of silently falling back to a default. Range checks live in each dataclass's
-``__post_init__`` and raise :class:`ConfigError` through :func:`check`.
+``__post_init__`` and raise :class:`ConfigError` through :func:`check`. A section's field marked ``extensions``
+(``core/plugins.py``) takes the sub-sections extensions contribute (``decompose.rot``), under their own keys beside
+the core's here and in :func:`as_dict`.
 """
 
 from __future__ import annotations
@@ -122,9 +124,12 @@ def build(cls: type[T], mapping: Any, where: str) -> T:
         mapping = {}
     if not isinstance(mapping, Mapping):
         raise ConfigError(f"{where}: expected a mapping of settings, got {type(mapping).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and "extensions" not in f.metadata}
     hints = get_type_hints(cls)
-    unknown = [k for k in mapping if k not in fields]
+    # a field marked ``extensions`` (core/plugins.py) takes the sections extensions contribute, by their own keys
+    ext = next((f for f in dataclasses.fields(cls) if "extensions" in f.metadata), None)
+    owned = {k: v for k, v in mapping.items() if ext and k not in fields and ext.metadata["extensions"](f"{where}.{k}")}
+    unknown = [k for k in mapping if k not in fields and k not in owned]
     if unknown:
         k = unknown[0]
         close = difflib.get_close_matches(str(k), list(fields), n=1)
@@ -137,6 +142,8 @@ def build(cls: type[T], mapping: Any, where: str) -> T:
             kwargs[name] = _convert(mapping[name], hints[name], key)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:  # type: ignore[misc]
             raise ConfigError(f"{key}: missing required key")
+    if ext is not None:
+        kwargs[ext.name] = owned
     try:
         return cls(**kwargs)
     except ConfigError as exc:
@@ -163,7 +170,14 @@ def as_dict(obj: Any) -> dict:
 
     def plain(v: Any) -> Any:
         if dataclasses.is_dataclass(v):
-            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+            out: dict = {}
+            for f in dataclasses.fields(v):
+                value = plain(getattr(v, f.name))
+                if "extensions" in f.metadata:  # extension sections sit beside the core's keys (core/plugins.py)
+                    out.update(value)
+                else:
+                    out[f.name] = value
+            return out
         if isinstance(v, (list, tuple)):
             return [plain(x) for x in v]
         if isinstance(v, dict):

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from embodied_rft.core.atomic import write_text_atomic
+from embodied_rft.pipeline import compose, compose_text
 
 HEADER = (
     "# GENERATED from conf/ by `make params` (python -m embodied_rft.params) -- do not edit.\n"
@@ -25,25 +25,14 @@ HEADER = (
 )
 
 
-def compose_text(config_dir: str | Path = "conf", overrides: list[str] | None = None) -> str:
-    """The YAML DVC would write for these overrides (without our header)."""
-    from dvc.utils.hydra import compose_and_dump
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "params.yaml"
-        compose_and_dump(out, str(Path(config_dir).resolve()), None, "config", "", list(overrides or []))
-        return out.read_text("utf-8")
-
-
-def compose(config_dir: str | Path = "conf", overrides: list[str] | None = None) -> dict[str, Any]:
-    return yaml.safe_load(compose_text(config_dir, overrides))
-
-
 def section_configs(cfg: dict[str, Any]) -> dict[str, Any]:
     """Build every stage's frozen config from a composed config, so a bad value fails at `make params` with
-    its dotted key instead of minutes into `dvc repro`."""
+    its dotted key instead of minutes into `dvc repro`. Every extension the ``plugins:`` table names is imported
+    first (core/plugins.py), so its sections are checked whether the config uses it or not, and a top-level section
+    an extension contributes (VeGAS's ``synth``, ``verifier``, ``bon``) is built by its dataclass."""
     from .alfred import AlfredConfig
     from .config import build
+    from .core import plugins
     from .data.decompose import DecomposeConfig
     from .data.prompt import PromptConfig
     from .evaluate.config import EvalConfig
@@ -53,10 +42,9 @@ def section_configs(cfg: dict[str, Any]) -> dict[str, Any]:
     from .teacher.config import TeacherConfig
     from .train.grpo.config import GRPOConfig
     from .train.sft.config import SFTConfig
-    from .vegas.bon_config import BonConfig
-    from .vegas.config import SynthConfig
-    from .vegas.verifier_config import VerifierConfig
     from .world.generator import GeneratorConfig
+
+    plugins.load_all(cfg.get("plugins"))
 
     data = dict(cfg["data"])
     data.pop("source", None)
@@ -74,9 +62,7 @@ def section_configs(cfg: dict[str, Any]) -> dict[str, Any]:
         ("grpo", GRPOConfig),
         ("reward", RewardConfig),
         ("evaluate", EvalConfig),
-        ("synth", SynthConfig),
-        ("verifier", VerifierConfig),
-        ("bon", BonConfig),
+        *((key, cls) for key, cls in plugins.SECTIONS.items() if "." not in key and key in cfg),
     ):
         out[key] = build(cls, cfg[key], key)
     return out
@@ -136,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     write_text_atomic(args.out, HEADER + text)
     print(f"wrote {args.out}")
     return 0
+
+
+__all__ = ["HEADER", "compose", "compose_text", "main", "section_configs", "stale_reason"]
 
 
 if __name__ == "__main__":

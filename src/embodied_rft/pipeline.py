@@ -21,8 +21,29 @@ from pathlib import Path
 from typing import Any
 
 from .config import build, check, to_plain
+from .core import plugins
 
 log = logging.getLogger(__name__)
+
+
+def compose_text(config_dir: str | Path = "conf", overrides: list[str] | None = None) -> str:
+    """``conf/`` composed with ``overrides`` into the YAML DVC would write for them (``params.yaml`` without its
+    header; ``make params``)."""
+    import tempfile
+
+    from dvc.utils.hydra import compose_and_dump
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "params.yaml"
+        compose_and_dump(out, str(Path(config_dir).resolve()), None, "config", "", list(overrides or []))
+        return out.read_text("utf-8")
+
+
+def compose(config_dir: str | Path = "conf", overrides: list[str] | None = None) -> dict[str, Any]:
+    """:func:`compose_text`, read."""
+    import yaml
+
+    return yaml.safe_load(compose_text(config_dir, overrides))
 
 
 @dataclass(frozen=True)
@@ -169,6 +190,7 @@ def stage_context(cfg: Any, stage: str, multirun_dir: str | None = None) -> Stag
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
     seed_everything(seed)
+    plugins.use(plain.get("plugins"))  # where the extensions the config names are loaded from (core/plugins.py)
     return StageContext(stage=stage, paths=paths, seed=seed, cfg=plain, multirun_dir=mr)
 
 

@@ -41,8 +41,11 @@ Variants (``REWARDS``):
     R_match uses EB's ``ActionSpace(extra_actions)`` — the RR file matched against a fixed 225-entry
     ALFRED high-level map ("goto apple", "pickup apple", ...), which does not apply to EB actions.
 
-``regrpo`` — ReGRPO's λ_exec·success − η·reflection cost + λ_val·V (``regrpo/reward.py``, docs/regrpo.md §5); the
-other terms are the paper's, for logging; ``total`` may be negative.
+An extension adds a variant (a plug-in point, core/plugins.py): it registers its scoring function in ``REWARDS``
+under the variant's name and its section ``reward.<name>`` in ``plugins.SECTIONS``, and config data names its module
+(``plugins.<name>``); e.g. ReGRPO's ``regrpo``, λ_exec·success − η·reflection cost + λ_val·V (docs/regrpo.md §5),
+whose other terms are the paper's and whose ``total`` may be negative. The section's object supplies what the
+variant needs beyond the response and the label (:class:`RewardConfig`).
 """
 
 from __future__ import annotations
@@ -54,13 +57,12 @@ import json
 import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
-from embodied_rft.config import check
+from embodied_rft.config import as_dict, check
+from embodied_rft.core import plugins
 from embodied_rft.data.response import DEFAULT_MAX_CHARS, RESPONSE_KEYS, parse_response
-from embodied_rft.regrpo import reward as _regrpo
-from embodied_rft.regrpo.config import RegrpoRewardConfig
 from embodied_rft.world.actions import ActionSpace, global_actions
 
 logger = logging.getLogger(__name__)
@@ -96,7 +98,7 @@ class RewardBreakdown:
     n_gold: int = 0  # k: gold plan length (remaining actions a_n..a_k)
     n_steps: int = 0  # predicted executable_plan length (0 when there is no plan list)
     parsed: bool = False  # a JSON object was recovered from the response
-    reflection_tokens: int = 0  # variant regrpo: the reflection block's tokens (C = this / cost_tokens)
+    reflection_tokens: int = 0  # an extension's variant (regrpo): the reflection block's tokens
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -327,23 +329,13 @@ def score_rr_code(response: object, label: object, *, max_chars: int = DEFAULT_M
     return RewardBreakdown(structure, valid, match, accuracy, total, full, matched, k, n_steps, True)
 
 
-def score_regrpo(
-    response: object, label: object, *, max_chars: int = DEFAULT_MAX_CHARS, **opts: Any
-) -> RewardBreakdown:
-    """ReGRPO's reward (variant ``regrpo``; ``opts``: ``regrpo_terms``' coefficients, count_tokens, executed)."""
-    b = score_paper(response, label, max_chars=max_chars)
-    text = response[:max_chars] if isinstance(response, str) else response
-    success, tokens, total = _regrpo.regrpo_terms(b, text, **opts)
-    return dataclasses.replace(b, total=total, accuracy_full=success, reflection_tokens=tokens)
-
-
 RewardFn = Callable[..., RewardBreakdown]
-REWARDS: dict[str, RewardFn] = {"paper": score_paper, "rr_code": score_rr_code, "regrpo": score_regrpo}
-Variant = Literal["paper", "rr_code", "regrpo"]
+# the variants by name: the core's two, then the extensions' (module docstring)
+REWARDS = plugins.Registry("reward variant", paper=score_paper, rr_code=score_rr_code)
 
 
 def _reward_fn(variant: str) -> RewardFn:
-    fn = REWARDS.get(variant)
+    fn = REWARDS.find(variant, "reward.variant")
     if fn is None:  # a programming/config error, not a data error: fail loudly
         raise ValueError(f"unknown reward variant {variant!r}; choose one of {sorted(REWARDS)}")
     return fn
@@ -353,7 +345,7 @@ def score(
     response: object, label: object, variant: str = "paper", *, max_chars: int = DEFAULT_MAX_CHARS, **options: Any
 ) -> RewardBreakdown:
     """Score one response against its sample's label. Never raises for any response or label; only an
-    unknown ``variant`` name raises ValueError. ``options`` go to the variant (``regrpo``'s coefficients)."""
+    unknown ``variant`` name raises ValueError. ``options`` go to the variant (an extension's coefficients)."""
     fn = _reward_fn(variant)
     try:
         return fn(response, label, max_chars=max_chars, **options)
@@ -379,36 +371,89 @@ def score_batch(
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """The ``reward:`` config section."""
+    """The ``reward:`` config section. An extension variant's own section (``reward.<variant>``) is its
+    extension's object, which may define ``options(**context)`` (the scoring function's keyword options; context:
+    ``count_tokens``, the policy tokenizer's count, and ``executed``, an executor's result), ``openrlhf_options()``
+    (the options OpenRLHF's reward file gets, None when it cannot score the variant), ``executor(episodes_path)``
+    (``(response, sample) -> (success, value)`` run from the sample's state, or None) and ``terms`` (the breakdown
+    fields the variant adds, logged beside the paper's)."""
 
     # Which reward: "paper" = docs/facts.md §1.4 as written (the paper's; default); "rr_code" = the released
-    # RR reward file with its quirks (lower-cased name matching, k == 1 penalty), for ablations; "regrpo" =
-    # ReGRPO's success minus reflection cost (docs/regrpo.md).
-    variant: Variant = "paper"
+    # RR reward file with its quirks (lower-cased name matching, k == 1 penalty), for ablations; or an extension's
+    # (module docstring), e.g. "regrpo" = ReGRPO's success minus reflection cost (docs/regrpo.md).
+    variant: str = "paper"
     # Characters of a response that are looked at; the rest is ignored (unit: characters). 64 Ki is four
     # times the paper's 4096-token generation cap; the paper had no cap.
     max_response_chars: int = DEFAULT_MAX_CHARS
-    # variant regrpo's coefficients (ignored by the other variants)
-    regrpo: RegrpoRewardConfig = field(default_factory=RegrpoRewardConfig)
+    # the extension variants' sections, e.g. reward.regrpo (core/plugins.py); only the variant's own is used
+    extensions: dict[str, Any] = plugins.extensions()
 
     def __post_init__(self) -> None:
-        check(self.variant in REWARDS, "reward.variant", f"{self.variant!r} is not one of {sorted(REWARDS)}")
+        REWARDS.lookup(self.variant, "reward.variant")
         check(self.max_response_chars >= 1024, "reward.max_response_chars", "must be >= 1024 characters")
+        used = plugins.sections(self, "reward", lambda name, _: name == self.variant)
+        object.__setattr__(self, "extensions", used)
+
+    @property
+    def section(self) -> Any:
+        """The variant's own section (an extension's object), or None."""
+        return self.extensions.get(self.variant)
+
+    def _hook(self, name: str) -> Any:
+        return getattr(self.section, name, None)
+
+    def options(self, **context: Any) -> dict[str, Any]:
+        """The variant's keyword options (class docstring); {} for the core's variants."""
+        hook = self._hook("options")
+        return hook(**context) if hook else {}
+
+    def openrlhf_options(self) -> dict[str, Any] | None:
+        """What OpenRLHF's reward file gets as ``EMBODIED_RFT_REWARD_OPTIONS`` (class docstring)."""
+        hook = self._hook("openrlhf_options")
+        return hook() if hook else None
+
+    def executor(self, episodes_path: Any) -> Any:
+        """The variant's executor over the episodes at ``episodes_path`` (class docstring), or None."""
+        hook = self._hook("executor")
+        return hook(episodes_path) if hook else None
+
+    def identity(self) -> dict[str, Any]:
+        """What decides the scores, for checkpoint fingerprints: the core's keys and the variant's own section only
+        (so a variant's fingerprint does not change when an extension's section is added or edited)."""
+        d = as_dict(self)
+        return {k: v for k, v in d.items() if k in ("variant", "max_response_chars", self.variant)}
 
     def score(
         self, response: object, label: object, *, count_tokens: Any = None, executed: Any = None
     ) -> RewardBreakdown:
-        opts = _regrpo.options(self, count_tokens=count_tokens, executed=executed)
+        opts = self.options(count_tokens=count_tokens, executed=executed)
         return score(response, label, self.variant, max_chars=self.max_response_chars, **opts)
 
     def score_batch(self, responses: Sequence[object], labels: Sequence[object]) -> list[RewardBreakdown]:
-        opts = _regrpo.options(self)
-        return score_batch(responses, labels, self.variant, max_chars=self.max_response_chars, **opts)
+        return score_batch(responses, labels, self.variant, max_chars=self.max_response_chars, **self.options())
+
+
+class BoundReward:
+    """A reward config bound to the policy's token counter and, when the variant has one, an executor
+    ``(response, sample) -> (success, value)``; ``score`` takes the sample. Duck-types the config for the GRPO
+    engine and its held-out check."""
+
+    def __init__(self, cfg: RewardConfig, count_tokens: Callable[[str], int] | None = None, executor: Any = None):
+        self.cfg, self.count_tokens, self.executor = cfg, count_tokens, executor
+        self.variant, self.max_response_chars = cfg.variant, cfg.max_response_chars
+
+    def score(self, response: object, label: object, sample: dict | None = None) -> RewardBreakdown:
+        done = self.executor(response, sample) if self.executor is not None and sample is not None else None
+        return self.cfg.score(response, label, count_tokens=self.count_tokens, executed=done)
+
+    def score_batch(self, responses: list, labels: list) -> list[RewardBreakdown]:
+        return [self.score(r, lab) for r, lab in zip(responses, labels, strict=True)]
 
 
 __all__ = [
     "MAX_REWARD",
     "REWARDS",
+    "BoundReward",
     "Gold",
     "RewardBreakdown",
     "RewardConfig",
@@ -416,6 +461,5 @@ __all__ = [
     "score",
     "score_batch",
     "score_paper",
-    "score_regrpo",
     "score_rr_code",
 ]

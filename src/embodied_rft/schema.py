@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from embodied_rft.data.jsonl import DataError, iter_jsonl, require
+from embodied_rft.core.jsonl import DataError, iter_jsonl, require
 
 TASK_TYPES = (
     "pick_and_place_simple",

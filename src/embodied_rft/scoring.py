@@ -2,7 +2,7 @@
 
 Input: one response per held-out prompt (greedy, in the callers), the prompt's ``label`` when it has one (a
 decomposed sample's expert remaining plan) and the reward config. :func:`score_response` reads a response the
-way the reward reads it and gives one row; :func:`summarise` turns rows into the shared metrics:
+way the reward reads it and gives one row; :func:`summarize` turns rows into the shared metrics:
 
 - ``samples``: how many prompts were scored;
 - ``json_valid_rate``: a JSON object could be recovered (the reward's tolerant parser);
@@ -59,7 +59,7 @@ def score_response(
     return row
 
 
-def summarise(rows: Sequence[dict], digits: int = 6) -> dict:
+def summarize(rows: Sequence[dict], digits: int = 6) -> dict:
     """The shared metrics of ``rows`` (see the module docstring); ``{"samples": 0}`` for none."""
     n = len(rows)
     if not n:
@@ -80,4 +80,4 @@ def summarise(rows: Sequence[dict], digits: int = 6) -> dict:
     return out
 
 
-__all__ = ["score_response", "summarise"]
+__all__ = ["score_response", "summarize"]

@@ -235,7 +235,7 @@ def test_run_evaluate_names_a_missing_checkpoint(tmp_path):
 
 
 def test_exact_mcnemar_against_hand_computed_binomial_tails():
-    from embodied_rft.evaluate.aggregate import mcnemar_exact, paired
+    from embodied_rft.core.stats import mcnemar_exact, paired
 
     assert mcnemar_exact(0, 0) == 1.0
     # 0 vs 6 discordant: 2 * 0.5**6

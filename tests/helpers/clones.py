@@ -49,3 +49,10 @@ def tree_digest(path: Path) -> str:
             h.update(f.relative_to(path).as_posix().encode() if path.is_dir() else b"")
             h.update(f.read_bytes())
     return h.hexdigest()
+
+
+def run_ok(cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: int = 1800) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in a clone; fails the test with the command and the tail of its output unless it exits 0."""
+    r = subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r

@@ -20,6 +20,6 @@ def rot_samples(root: Path, episodes: int) -> tuple[Path, list[dict]]:
     """``episodes`` train episodes of :data:`WORLD` decomposed (one RoT recovery step each) into ``root/train.jsonl``;
     returns the file and the samples."""
     eps = generate_episodes(WORLD, "train", episodes)
-    ss = decompose_episodes(eps, PROMPT, recovery=1, seed=1, rot=RotEngine(RotConfig()))
+    ss = decompose_episodes(eps, PROMPT, recovery=1, seed=1, source=RotEngine(RotConfig()))
     write_jsonl_atomic(root / "train.jsonl", ss)
     return root / "train.jsonl", ss

@@ -12,9 +12,8 @@ from embodied_rft.config import ConfigError, build
 from embodied_rft.core.atomic import write_jsonl_atomic
 from embodied_rft.data.response import parse_response
 from embodied_rft.regrpo.anchors import AnchorWriter
-from embodied_rft.regrpo.reward import BoundReward
 from embodied_rft.regrpo.text import parse_triple, reflection_tokens
-from embodied_rft.reward import RewardConfig
+from embodied_rft.reward import BoundReward, RewardConfig
 from embodied_rft.schema import read_label
 from embodied_rft.teacher.config import TeacherConfig
 from embodied_rft.teacher.distill import run_distill
@@ -34,7 +33,7 @@ def samples(tmp_path_factory):
 
 def _writer(seed: int = 0) -> AnchorWriter:
     t = build(TeacherConfig, TEACHER, "teacher")
-    return AnchorWriter(KINDS, t.scripted, t.rot.seed, seed)
+    return AnchorWriter(KINDS, t.scripted, t.extensions["rot"].seed, seed)
 
 
 def _plan(text: str) -> list[str]:

@@ -6,7 +6,6 @@ tool naming the states by the policy that played."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -129,31 +128,3 @@ def test_the_stage_adds_the_policy_s_failures_and_checks_them_apart_from_the_eng
     cfg = build(DecomposeConfig, {**opts, "rot": {"enabled": True, "onpolicy_states": "missing.jsonl"}}, "decompose")
     with pytest.raises(DataError, match=r"decompose.rot.onpolicy_states: missing.jsonl does not exist"):
         run_decompose(cfg, PROMPT, tmp_path / "eps", tmp_path / "x", tmp_path / "x.json")
-
-
-def test_the_seeds_tool_names_the_states_by_the_policy_that_plays(tmp_path, monkeypatch):
-    from embodied_rft.regrpo.steps import model_digest
-    from embodied_rft.tools import regrpo_seeds
-
-    calls = []
-    monkeypatch.setattr(regrpo_seeds, "_run", lambda cmd, log: calls.append(cmd))
-    with pytest.raises(SystemExit, match=r"--onpolicy-from: no model at .*nowhere"):
-        regrpo_seeds.onpolicy_states(tmp_path / "nowhere", tmp_path / "train.jsonl", tmp_path, 50, [])
-    model = tmp_path / "m"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    (model / "model.safetensors").write_bytes(b"one")
-    first = regrpo_seeds.onpolicy_states(model, tmp_path / "train.jsonl", tmp_path, 50, ["prompt.style=compact"])
-    assert (
-        first
-        == f"decompose.rot.onpolicy_states={(tmp_path / 'onpolicy' / f'states-{model_digest(model)[:12]}-n50.jsonl').as_posix()}"
-    )
-    (cmd,) = calls
-    assert cmd[1:4] == ["-m", "embodied_rft.regrpo.collect", "--model"] and cmd[-1] == "prompt.style=compact"
-    assert cmd[cmd.index("--n") + 1] == "50" and cmd[cmd.index("--out") + 1] == first.split("=", 1)[1]
-    (model / "model.safetensors").write_bytes(b"two")  # another policy: another file, so decompose reruns
-    assert regrpo_seeds.onpolicy_states(model, tmp_path / "train.jsonl", tmp_path, 50, []) != first
-    Path(first.split("=", 1)[1]).parent.mkdir(parents=True, exist_ok=True)
-    Path(first.split("=", 1)[1]).write_text("")
-    (model / "model.safetensors").write_bytes(b"one")  # collected already: not played again
-    assert regrpo_seeds.onpolicy_states(model, tmp_path / "train.jsonl", tmp_path, 50, []) == first and len(calls) == 2

@@ -31,7 +31,7 @@ PROMPT = PromptConfig(style="compact", action_list="none", system=False, instruc
 def world():
     eps = generate_episodes(WORLD, "train", 160)
     engine = RotEngine(RotConfig())
-    samples = decompose_episodes(eps, PROMPT, recovery=1, seed=3, rot=engine)
+    samples = decompose_episodes(eps, PROMPT, recovery=1, seed=3, source=engine)
     return eps, engine, samples, report(engine, samples, {e["episode_id"]: e for e in eps}, 3)
 
 
@@ -173,11 +173,11 @@ def test_the_mix_takes_the_feasible_type_furthest_below_its_target():
 def test_defaults_keep_decomposition_unchanged_and_rot_needs_recovery(tmp_path):
     eps = generate_episodes(WORLD, "train", 12)
     plain = decompose_episodes(eps, PROMPT, recovery=1, seed=3)
-    rot = decompose_episodes(eps, PROMPT, recovery=1, seed=3, rot=RotEngine(RotConfig()))
+    rot = decompose_episodes(eps, PROMPT, recovery=1, seed=3, source=RotEngine(RotConfig()))
     assert not any("rot" in s for s in plain)
     clean = lambda ss: [s for s in ss if not s["sample_id"].endswith(":recover")]  # noqa: E731
     assert clean(plain) == clean(rot)  # only the recovery samples differ
-    assert build(DecomposeConfig, {}, "decompose").rot == RotConfig(enabled=False)
+    assert build(DecomposeConfig, {}, "decompose").extensions["rot"] == RotConfig(enabled=False)
     with pytest.raises(ConfigError, match=r"decompose.rot.enabled: needs decompose.recovery_per_episode > 0"):
         build(DecomposeConfig, {"rot": {"enabled": True}}, "decompose")
     with pytest.raises(ConfigError, match=r"decompose.rot.mix: unknown error types \['Typo'\]"):
@@ -196,7 +196,7 @@ def test_silent_twins_keep_the_expert_s_next_state_beside_each_silent_near_miss(
 
     eps, _, samples, _ = world
     drawn = _steps_per_episode(samples, 2, 3)
-    paired = _steps_per_episode(samples, 2, 3, twins=True)
+    paired = _steps_per_episode(samples, 2, 3, RotEngine(RotConfig(silent_twins=True)).prefer)
     by_id = {s["sample_id"]: s for s in samples}
     silent = [s for s in samples if s.get("rot", {}).get("executes")]
     twin_id = lambda s: f"{s['episode_id']}:{s['step'] + 1}"  # noqa: E731
@@ -219,13 +219,13 @@ def test_silent_twins_keep_the_expert_s_next_state_beside_each_silent_near_miss(
     # trajectories without a silent near-miss keep the uniform draw
     noisy = {s["episode_id"] for s in silent}
     assert [s for s in drawn if s["episode_id"] not in noisy] == [s for s in paired if s["episode_id"] not in noisy]
-    assert build(DecomposeConfig, {}, "decompose").rot.silent_twins is False
+    assert build(DecomposeConfig, {}, "decompose").extensions["rot"].silent_twins is False
     with pytest.raises(ConfigError, match=r"decompose.rot.silent_twins: needs decompose.rot.enabled"):
         build(DecomposeConfig, {"recovery_per_episode": 1, "rot": {"silent_twins": True}}, "decompose")
     with pytest.raises(ConfigError, match=r"decompose.rot.silent_twins: .*steps_per_episode > 0"):
         build(DecomposeConfig, {"recovery_per_episode": 1, "rot": {"enabled": True, "silent_twins": True}}, "decompose")
     on = {"recovery_per_episode": 1, "steps_per_episode": 2, "rot": {"enabled": True, "silent_twins": True}}
-    assert build(DecomposeConfig, on, "decompose").rot.silent_twins is True
+    assert build(DecomposeConfig, on, "decompose").extensions["rot"].silent_twins is True
 
 
 def test_the_stage_passes_silent_twins_through_and_reports_their_coverage(tmp_path):

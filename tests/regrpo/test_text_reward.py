@@ -9,7 +9,6 @@ import pytest
 
 from embodied_rft.config import ConfigError, build
 from embodied_rft.data.response import format_response
-from embodied_rft.regrpo.reward import BoundReward, identity, openrlhf_options
 from embodied_rft.regrpo.text import (
     Triple,
     format_triple,
@@ -20,7 +19,7 @@ from embodied_rft.regrpo.text import (
     reflection_tokens,
 )
 from embodied_rft.regrpo.write import shuffled
-from embodied_rft.reward import RewardConfig, score
+from embodied_rft.reward import BoundReward, RewardConfig, score
 
 LABEL = json.dumps({"gold": [[12, "find a Apple"], [107, "pick up the Apple"]], "extra_actions": []})
 GOLD = [(12, "find a Apple"), (107, "pick up the Apple")]
@@ -129,10 +128,10 @@ def test_reward_config_and_bound_reward():
     paper = RewardConfig()
     assert BoundReward(paper, len).score(r, LABEL) == paper.score(r, LABEL) == score(r, LABEL)
     # fingerprints: other variants do not see the regrpo block; options only for regrpo
-    assert "regrpo" not in identity(paper) and identity(cfg)["regrpo"]["eta"] == 0.2
-    assert openrlhf_options(paper) is None and openrlhf_options(cfg)["eta"] == 0.2
+    assert "regrpo" not in paper.identity() and cfg.identity()["regrpo"]["eta"] == 0.2
+    assert paper.openrlhf_options() is None and cfg.openrlhf_options()["eta"] == 0.2
     with pytest.raises(ConfigError, match="executed runs on the local engine only"):
-        openrlhf_options(ex)
+        ex.openrlhf_options()
     with pytest.raises(ConfigError, match=r"reward.regrpo.eta: must be >= 0"):
         build(RewardConfig, {"regrpo": {"eta": -1}}, "reward")
 

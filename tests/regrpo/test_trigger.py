@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from embodied_rft.data.prompt import PromptConfig
 from embodied_rft.data.response import format_response, parse_response
 from embodied_rft.evaluate.aggregate import summarize
@@ -154,6 +156,18 @@ def test_counts_reach_the_episode_result_and_the_summary():
     assert rec["success"] and rec["reflection"]["calls"] == 1 and rec["reflection"]["final_reflections"] == 0
     s = summarize([rec])["reflection"]
     assert s["calls"] == 1 and s["trigger_rate"] == 0.0 and s["generated_tokens_per_call"] == 10.0
+
+
+def test_the_modes_are_the_evaluation_s_policy_wrappers():
+    """``evaluate.reflection`` names a wrapper this package registers (regrpo/plugin.py); others fail with the key."""
+    from embodied_rft.config import ConfigError, build
+    from embodied_rft.evaluate.config import WRAPPERS, EvalConfig
+
+    pol = WRAPPERS["free"](FakeGen([]), "free")
+    assert isinstance(pol, ReflectionPolicy) and pol.mode == "free"
+    assert build(EvalConfig, {"reflection": "regrpo"}, "evaluate").reflection == "regrpo"
+    with pytest.raises(ConfigError, match=r"^evaluate.reflection: 'often' is not one of \['free', 'none', 'regrpo'\]"):
+        build(EvalConfig, {"reflection": "often"}, "evaluate")
 
 
 def test_the_backend_continues_a_prefilled_assistant_message():

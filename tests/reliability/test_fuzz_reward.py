@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import embodied_rft.regrpo.plugin  # noqa: F401 - registers the regrpo variant, fuzzed beside the core's
 from embodied_rft import reward
 from embodied_rft.data.response import format_response, parse_response
 from embodied_rft.reward import REWARDS

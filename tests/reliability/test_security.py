@@ -282,6 +282,7 @@ def _payloads(sentinel: Path) -> dict[str, str]:
 def test_model_outputs_with_code_score_zero_and_run_nothing(tmp_path, monkeypatch):
     import subprocess
 
+    import embodied_rft.regrpo.plugin  # noqa: F401 - registers the regrpo variant, checked beside the core's
     from embodied_rft import reward
     from embodied_rft.data.prompt import PromptConfig
     from embodied_rft.data.response import parse_response

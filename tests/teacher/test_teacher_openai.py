@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.helpers.fault_server import FaultPlan, FaultServer, openai_teacher
 from tests.helpers.teacher_fixtures import make_samples, write_samples
@@ -25,6 +26,7 @@ from embodied_rft.config import build  # noqa: E402
 from embodied_rft.teacher import FatalTeacherError, ScriptedConfig, TeacherConfig, run_distill  # noqa: E402
 from embodied_rft.teacher.scripted import ScriptedTeacher  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = make_samples(3)[:24]
 KEY_ENV = "ERFT_TEST_TEACHER_KEY"
 SEED = 100  # requests carry seed = SEED + sample index, which the server reads to tell tries apart
@@ -293,11 +295,15 @@ def test_images_are_sent_as_data_urls_and_recorded(tmp_path):
     assert all((out.parent / r["images"][0]).resolve().is_file() for r in recs)
 
 
+# a stage process: the plug-in table first (the parent's config may hold an extension's section, e.g. teacher.rot
+# once a test loaded ReGRPO's plug-in), then the config (pipeline.stage_context does the same)
 CHILD = r"""
 import json, logging, sys
 from embodied_rft.config import build
+from embodied_rft.core import plugins
 from embodied_rft.teacher import TeacherConfig, run_distill
 logging.basicConfig(level=logging.INFO)
+plugins.use(json.loads(sys.argv[6]))
 cfg = build(TeacherConfig, json.loads(sys.argv[1]), "teacher")
 run_distill(cfg, sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
 """
@@ -316,6 +322,7 @@ def test_a_killed_run_resumed_equals_an_uninterrupted_one(tmp_path, sig):
         sp = write_samples(tmp_path / "decomposed" / "train.jsonl", samples)
         cache, out = tmp_path / "cache", tmp_path / "run" / "sft.jsonl"
         args = [json.dumps(as_dict(cfg)), str(sp), str(out), str(cache), str(tmp_path / "run" / "distill.json")]
+        args.append(json.dumps(yaml.safe_load((ROOT / "conf" / "config.yaml").read_text("utf-8"))["plugins"]))
         with open(tmp_path / "child.log", "wb") as log:
             # SIGINT back to its default in the child: a test run started in the background (`make test &`,
             # nohup, some CI runners) inherits SIGINT as ignored, and Python then never raises KeyboardInterrupt

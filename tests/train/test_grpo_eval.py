@@ -47,7 +47,7 @@ def test_the_interval_is_reproducible_and_mismatched_runs_are_refused():
 
 
 def test_exact_plan_gain_interval_by_hand():
-    from embodied_rft.evaluate.aggregate import paired_diff_ci
+    from embodied_rft.core.stats import paired_diff_ci
 
     # the default run's held-out check: 13 exact plans lost, 30 gained, 300 prompts
     # d = 17/300; se = sqrt(43 - 17**2/300) / 300 = 0.0216119...; 1.96 se = 0.042359

@@ -173,10 +173,17 @@ def test_the_jobs_runtime_env_merges_with_openrlhfs_ray_init():
     cfg = paper_cfg(
         openrlhf=OpenRLHFConfig(env={"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "WARN", "HF_HOME": "/h"})
     )
-    _, submit = job(cfg, policy_path="/m", prompt_data="/d.jsonl", reward_variant="regrpo")
+    _, submit = job(
+        cfg,
+        policy_path="/m",
+        prompt_data="/d.jsonl",
+        reward_variant="regrpo",
+        reward_plugin="embodied_rft.regrpo.plugin",
+    )
     ours = json.loads(submit[submit.index("--runtime-env-json") + 1])
     assert ours["env_vars"]["HF_HOME"] == "/h"
     assert ours["env_vars"]["EMBODIED_RFT_TOKENIZER"] == "/m"  # the regrpo cost counts the policy's tokens
+    assert ours["env_vars"]["EMBODIED_RFT_REWARD_PLUGIN"] == "embodied_rft.regrpo.plugin"  # registers it on the job
     openrlhf_env = {"env_vars": dict.fromkeys(theirs, "x")}
     assert _merge_runtime_env(ours, openrlhf_env) is not None
     # the configuration this replaces put both keys in the job's runtime env: Ray refuses that

@@ -15,6 +15,7 @@ from embodied_rft.generation import GenerationConfig, make_generator
 from embodied_rft.vegas.bon import BON_HEADLINE, play, run_bon
 from embodied_rft.vegas.bon_config import BonConfig
 from embodied_rft.vegas.select import BonPolicy
+from embodied_rft.vegas.study import read_bon
 from tests.helpers import tiny_checkpoints as tc
 
 PROMPT = tc.PROMPT
@@ -108,6 +109,13 @@ def test_run_bon_writes_metrics_report_and_plot_and_resumes(tmp_path, monkeypatc
     assert m["selectors"]["bon_zs"]["verifications_per_call"] > 0
     assert set(m["coverage"]["coverage_at"]) == {"1", "2"}  # k > n is not reported
     assert set(m["live_auroc"]) == {"bon_zs", "bon_ft"} and m["live_auroc"]["bon_ft"]["items"] <= 5
+    # each episode's subset beside its success: what a study's `subset: long_horizon` comparison pairs on
+    played = {
+        e["episode_id"]: e.get("subset", "base") for e in _eps(6) if e["episode_id"] in m["episode_success"]["greedy"]
+    }
+    assert m["episode_subset"] == played and len(played) == 3
+    ft = read_bon(out / "bon.details.json", "bon_ft")
+    assert ft["episodes"] == 2 and ft["episode_subset"] == {e: played[e] for e in m["episode_success"]["bon_ft"]}
     head = json.loads((out / "bon.json").read_text())
     assert set(head) <= set(BON_HEADLINE) and "episode_success" not in head
     assert set(head["selectors"]) == {"greedy", "bon_ft"}  # this run has no `sample`: skipped

@@ -3,6 +3,7 @@ of thought over simulator facts, the prompt, and the template corpus the tokeniz
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -185,3 +186,12 @@ def _goal(**kw) -> Goal:
 def test_argument_role_compares_the_action_with_the_task(action, task_type, goal, place, role):
     arg, got = argument_role(action, task_type, _goal(**goal), place)
     assert got == role and (arg is None) == (role is None)
+
+
+def test_the_base_stage_learns_the_templates_from_the_text_set_the_plugin_registers(tmp_path):
+    """``model.tokenizer_extra: [verification]``: the ``base`` stage finds the set through the ``plugins:`` table."""
+    from stages.base import corpus
+
+    (tmp_path / "sft.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    texts = list(corpus(tmp_path / "sft.jsonl", ("verification",)))
+    assert texts == ["hi", *list(template_corpus()) * TEMPLATE_REPEAT]

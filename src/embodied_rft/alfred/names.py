@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import re
 
-from embodied_rft.world.actions import split_action, verb_targets
+from embodied_rft.world.actions import verb_targets
 
 # THOR receptacle types whose EB name differs (EB's find/put resolve the basin through the sink).
 _RENAMED = {"SinkBasin": "Sink", "BathtubBasin": "Bathtub"}
@@ -76,11 +76,6 @@ def type_of_id(object_id: str) -> str:
     return parts[0]
 
 
-def instance_base(name: str) -> str:
-    """'Cabinet_2' -> 'Cabinet'; 'Cabinet' -> 'Cabinet'."""
-    return re.sub(r"_\d+$", "", name)
-
-
 _ARTICLE_RE = re.compile(r"^(find|pick up|open|close|turn on|turn off|slice|put down|drop)\s+(?:an?|the)\s+(.*)$")
 
 
@@ -105,8 +100,3 @@ def normalize_action(action: str) -> str:
     obj = re.sub(r"_\d+$", "", obj)
     obj = {"sinkbasin": "sink", "bathtubbasin": "bathtub"}.get(obj, obj)
     return f"{verb} {obj}"
-
-
-def action_object(action: str) -> str | None:
-    """The object named by an EB action ('find a Cabinet_2' -> 'Cabinet_2'), None for put down/drop."""
-    return split_action(action)[1]

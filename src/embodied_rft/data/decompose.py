@@ -11,6 +11,11 @@ sample (the count is reported beside the paper's in ``metrics/decompose.json``).
 the train split only: ``steps_per_episode`` keeps step 0 and a few other steps per trajectory, and
 ``recovery_per_episode`` adds samples whose history ends with one mistaken action (ids ending ``:recover``,
 counted as ``recovery_samples``). ``distill`` and ``decompose`` share :func:`decompose_episode`.
+
+Plug-in point (core/plugins.py): a section an extension contributes to ``decompose`` whose ``enabled`` is true is a
+source of the recovery samples, registered in :data:`SOURCES` under the section's key (ReGRPO's RoT engine,
+``decompose.rot``). The source writes each recovery sample in place of the plain near miss (with its own fields),
+may prefer a clean step to keep beside it, may add samples of its own, and reports on the train split.
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ import re
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from embodied_rft.core import plugins
 from embodied_rft.core.atomic import atomic_directory, atomic_open
 from embodied_rft.core.metrics import write_metrics
 from embodied_rft.core.subset import seeded_subset
@@ -33,7 +39,6 @@ from embodied_rft.schema import format_label
 
 from ..config import check
 from ..progress import progress
-from ..regrpo.config import RotConfig
 from ..world.actions import N_GLOBAL, split_action
 from ..world.objects import TYPES
 from .jsonl import DataError, iter_jsonl
@@ -44,6 +49,16 @@ log = logging.getLogger(__name__)
 PAPER_ALFRED_SAMPLES = 43_898
 # sample ids of recovery samples (decompose.recovery_per_episode) end with this
 RECOVERY_SUFFIX = ":recover"
+# the sources of recovery samples by section key: ``factory(section) -> source`` with ``recovery(ep, sim, pairs, n,
+# key)`` -> (state after the mistake, its history entry, the label's plan, the sample's extra fields) or None,
+# ``prefer(sample)`` -> a clean step of its episode to keep first with steps_per_episode (or None), ``extra(episodes,
+# seed)`` -> samples it adds to the train split, and ``report(samples, episodes_by_id, seed)`` -> its train metrics
+SOURCES = plugins.Registry("sample source")
+
+
+def _used(_: str, section: Any) -> bool:
+    """Whether an extension's section of ``decompose`` is a source in use (its ``enabled``)."""
+    return plugins.switched_on(section, "enabled")
 
 
 @dataclass(frozen=True)
@@ -67,9 +82,9 @@ class DecomposeConfig:
     # after every failed action, so a policy trained only on clean expert histories meets histories it has
     # never seen as soon as it errs.
     recovery_per_episode: int = 0
-    # ReGRPO's reflection-of-thought engine for the recovery samples (regrpo/rot.py, docs/regrpo.md): executed
-    # near-misses of four error types with the simulator's feedback; off = the plain near misses below
-    rot: RotConfig = field(default_factory=RotConfig)
+    # the sections extensions contribute (core/plugins.py): a source of the recovery samples, used when its `enabled`
+    # is true (decompose.rot: ReGRPO's reflection-of-thought engine, docs/regrpo.md); none = the plain near misses
+    extensions: dict[str, Any] = plugins.extensions()
     # write a rendered PNG per sample (vision models); images/ next to the JSONL
     images: bool = False
     # seed for the subsampling above
@@ -80,22 +95,16 @@ class DecomposeConfig:
         check(self.max_train_samples >= 0, "decompose.max_train_samples", "must be >= 0 (0 = all)")
         check(self.steps_per_episode >= 0, "decompose.steps_per_episode", "must be >= 0 (0 = every step)")
         check(self.recovery_per_episode >= 0, "decompose.recovery_per_episode", "must be >= 0 (0 = none)")
-        check(
-            not self.rot.enabled or self.recovery_per_episode > 0,
-            "decompose.rot.enabled",
-            "needs decompose.recovery_per_episode > 0 (the steps that get a near-miss)",
-        )
-        check(
-            not self.rot.silent_twins or (self.rot.enabled and self.steps_per_episode > 0),
-            "decompose.rot.silent_twins",
-            "needs decompose.rot.enabled and decompose.steps_per_episode > 0 (the twins replace drawn clean steps)",
-        )
-        check(
-            self.rot.onpolicy_states is None or self.rot.enabled,
-            "decompose.rot.onpolicy_states",
-            "needs decompose.rot.enabled (the on-policy failures join the RoT samples)",
-        )
         check(bool(self.train_split), "decompose.train_split", "must name an episode split, e.g. train")
+        object.__setattr__(self, "extensions", plugins.sections(self, "decompose", _used))
+
+    def source(self) -> tuple[str | None, Any]:
+        """(its section's key, the source of the recovery samples) (module docstring); (None, None) for the plain
+        near misses."""
+        for name, section in self.extensions.items():
+            if _used(name, section):
+                return name, SOURCES.lookup(name, f"decompose.{name}")(section)
+        return None, None
 
 
 def is_recovery(sample: dict) -> bool:
@@ -121,12 +130,11 @@ def decompose_episode(
     where: str = "",
     recovery: int = 0,
     seed: int = 0,
-    rot: Any = None,
+    source: Any = None,
 ) -> Iterator[dict]:
     """Yield the k samples of one episode, executing its expert plan in the simulator, plus ``recovery``
     samples after a mistaken action (``DecomposeConfig.recovery_per_episode``; ids ``<episode>:<step>:recover``):
-    decomposition's plain near misses, or with ``rot`` (a :class:`~embodied_rft.regrpo.rot.RotEngine`) the RoT
-    engine's, each with its ``rot`` field (docs/regrpo.md §4).
+    decomposition's plain near misses, or those of a ``source`` (module docstring) with its fields.
 
     Raises DataError when an expert action is unknown or fails (the episode is not replayable); ``where``
     (the episode's ``file:line``) prefixes the message.
@@ -154,9 +162,9 @@ def decompose_episode(
             ep, sid, n, k, sim, history, pairs[n:], extras, scene_types, prompt_cfg, image_dir, image_prefix
         )
         if n in recover:
-            found = _recovery(rot, ep, sim, pairs, n, f"{seed}:{sid}")
+            found = _recovery(source, ep, sim, pairs, n, f"{seed}:{sid}")
             if found is not None:
-                after, entry, remaining, meta = found
+                after, entry, remaining, fields = found
                 rec = sample_record(
                     ep,
                     sid + RECOVERY_SUFFIX,
@@ -171,9 +179,7 @@ def decompose_episode(
                     image_dir,
                     image_prefix,
                 )
-                if meta is not None:
-                    rec["rot"] = meta
-                yield rec
+                yield {**rec, **fields}
         res = sim.step(aid)
         if not res.success:
             raise DataError(f"{at}: expert_plan[{n}] {name!r} failed in the simulator: {res.feedback}")
@@ -259,17 +265,12 @@ def _mistake(sim, pairs: list[tuple[int, str]], n: int, rng: random.Random):
     return None
 
 
-def _recovery(rot: Any, ep: dict, sim, pairs: list[tuple[int, str]], n: int, key: str):
-    """(state after the mistake, its history entry, the label's plan, the ``rot`` field or None), or None."""
-    if rot is None:
-        mistake = _mistake(sim, pairs, n, random.Random(f"{key}:mistake"))
-        return None if mistake is None else (*mistake, pairs[n:], None)
-    got = rot.near_miss(ep, sim, pairs, n, random.Random(f"{key}:rot"))
-    if got is None:
-        return None
-    nm, feasible = got
-    entry = {"action_id": nm.action[0], "action_name": nm.action[1], "feedback": nm.feedback}
-    return nm.after, entry, nm.corrected, nm.meta(feasible)
+def _recovery(source: Any, ep: dict, sim, pairs: list[tuple[int, str]], n: int, key: str):
+    """(state after the mistake, its history entry, the label's plan, the sample's extra fields), or None."""
+    if source is not None:
+        return source.recovery(ep, sim, pairs, n, key)
+    mistake = _mistake(sim, pairs, n, random.Random(f"{key}:mistake"))
+    return None if mistake is None else (*mistake, pairs[n:], {})
 
 
 def decompose_episodes(
@@ -280,7 +281,7 @@ def decompose_episodes(
     wheres: Sequence[str] | None = None,
     recovery: int = 0,
     seed: int = 0,
-    rot: Any = None,
+    source: Any = None,
 ) -> list[dict]:
     """All samples of ``episodes``; ``wheres[i]`` (``file:line``) names episode i in errors."""
     eps = list(episodes)
@@ -288,16 +289,22 @@ def decompose_episodes(
     for i, ep in enumerate(progress(eps, desc=desc, unit="ep")):
         out.extend(
             decompose_episode(
-                ep, prompt_cfg, image_dir, where=wheres[i] if wheres else "", recovery=recovery, seed=seed, rot=rot
+                ep,
+                prompt_cfg,
+                image_dir,
+                where=wheres[i] if wheres else "",
+                recovery=recovery,
+                seed=seed,
+                source=source,
             )
         )
     return out
 
 
-def _steps_per_episode(samples: list[dict], k: int, seed: int, twins: bool = False) -> list[dict]:
+def _steps_per_episode(samples: list[dict], k: int, seed: int, prefer: Any = None) -> list[dict]:
     """Step 0 and k-1 other steps of each episode (fixed seed per episode id), in the original order; recovery
-    samples are kept apart from the k. With ``twins`` (``decompose.rot.silent_twins``) the other steps start with
-    the step after each silent RoT sample's (its clean twin), the rest drawn as before."""
+    samples are kept apart from the k. With ``prefer`` (a source's: ``recovery sample -> step or None``) the other
+    steps start with the steps it names (ReGRPO's silent twins), the rest drawn as before."""
     if not k:
         return samples
     by_episode: dict[str, list[int]] = {}
@@ -306,8 +313,9 @@ def _steps_per_episode(samples: list[dict], k: int, seed: int, twins: bool = Fal
     for i, s in enumerate(samples):
         if is_recovery(s):
             keep.add(i)
-            if twins and s.get("rot", {}).get("executes"):
-                silent.setdefault(s["episode_id"], set()).add(s["step"] + 1)
+            step = prefer(s) if prefer is not None else None
+            if step is not None:
+                silent.setdefault(s["episode_id"], set()).add(step)
         else:
             by_episode.setdefault(s["episode_id"], []).append(i)
     for eid, idx in by_episode.items():
@@ -377,26 +385,22 @@ def run_decompose(
                 )
             wheres = [w for w, _ in lines]
             recovery = cfg.recovery_per_episode if name == "train" else 0
-            rot = _rot_engine(cfg) if name == "train" and recovery else None
+            key, source = cfg.source() if name == "train" and recovery else (None, None)
             samples = decompose_episodes(
-                eps, prompt_cfg, image_dir, f"decompose {name}", wheres, recovery, cfg.seed, rot
+                eps, prompt_cfg, image_dir, f"decompose {name}", wheres, recovery, cfg.seed, source
             )
             if name == "train":
-                samples = _steps_per_episode(samples, cfg.steps_per_episode, cfg.seed, cfg.rot.silent_twins)
-                onpolicy = _onpolicy(cfg, eps) if rot is not None else None
-                if onpolicy is not None:
-                    samples += onpolicy[0]
+                prefer = source.prefer if source is not None else None
+                samples = _steps_per_episode(samples, cfg.steps_per_episode, cfg.seed, prefer)
+                if source is not None:
+                    samples += source.extra(eps, cfg.seed)
             samples = seeded_subset(samples, cap, cfg.seed)
             with atomic_open(tmp / f"{name}.jsonl") as fh:
                 for s in samples:
                     fh.write(json.dumps(s, ensure_ascii=False, separators=(",", ":")) + "\n")
             metrics[name] = _split_metrics(samples)
-            if rot is not None:
-                from ..regrpo.rot import report
-
-                metrics[name]["rot"] = report(rot, samples, {e["episode_id"]: e for e in eps}, cfg.seed)
-                if onpolicy is not None:
-                    metrics[name]["rot"]["onpolicy"] = onpolicy[1]
+            if source is not None:
+                metrics[name][key] = source.report(samples, {e["episode_id"]: e for e in eps}, cfg.seed)
             log.info("decompose %s: %d samples from %d episodes", name, len(samples), len(eps))
     if any(
         json.loads(line).get("source") == "alfred" for line in _first_line(episodes_dir / f"{cfg.train_split}.jsonl")
@@ -414,30 +418,6 @@ def run_decompose(
         }
     write_metrics(metrics_path, metrics, {"train": {"samples": True}, "val": {"samples": True}})
     return metrics
-
-
-def _onpolicy(cfg: DecomposeConfig, eps: list[dict]) -> tuple[list[dict], dict[str, Any]] | None:
-    """The RoT samples of ``decompose.rot.onpolicy_states`` (regrpo/onpolicy.py) and their counts and checks."""
-    if cfg.rot.onpolicy_states is None:
-        return None
-    from ..core.digest import file_digest
-    from ..regrpo.onpolicy import read_states, rot_samples
-    from ..regrpo.rot import checks
-
-    path = Path(cfg.rot.onpolicy_states)
-    if not path.is_file():
-        raise DataError(f"decompose.rot.onpolicy_states: {path} does not exist (python -m embodied_rft.regrpo.collect)")
-    by_id = {e["episode_id"]: e for e in eps}
-    samples, counts = rot_samples(read_states(path), by_id, str(path))
-    return samples, {"file": path.as_posix(), "digest": file_digest(path), **counts, **checks(samples, by_id, cfg.seed)}
-
-
-def _rot_engine(cfg: DecomposeConfig) -> Any:
-    if not cfg.rot.enabled:
-        return None
-    from ..regrpo.rot import RotEngine
-
-    return RotEngine(cfg.rot)
 
 
 def _first_line(path: Path) -> list[str]:

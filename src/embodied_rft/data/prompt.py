@@ -44,7 +44,7 @@ class PromptConfig:
     # keep at most this many most recent history steps in the prompt (EB keeps all; 0 = all)
     max_history: int = 0
     # include the system part (role, rules, action list, output format; EB: yes). false drops it: a model
-    # trained from scratch learns all of it from the data, and a CPU step is ~20% cheaper without it
+    # trained from scratch learns all of it from the data, at a cheaper CPU step (docs/experiments.md)
     system: bool = True
     # where the user part states the instruction: start (before the history) | end (after the observation,
     # right before the answer) | both (EB: "## Now the human instruction is: ..." first, then "to achieve the

@@ -16,19 +16,17 @@ Input: result records from :mod:`.episode`. Output: plain dicts for ``metrics/ev
   a failed action, the share whose first action executes / is labelled correct by the world oracle (a call with
   no executable first action counts as not recovered; ``episode.py``). None when there is nothing to count.
 
-:func:`paired` compares two models on the episodes both played (the same held-out episodes, so the
-comparison is paired): how many each alone solved, the gap, and the exact two-sided McNemar p-value — with a
-~10% success rate, 36-72 episodes move by 1.4-2.8 points per episode, and only the discordant episodes say
-whether a gap is more than chance.
+Paired comparisons of two models (the exact McNemar test, the paired interval) live in ``core/stats.py``.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from embodied_rft.schema import SUBSETS, TASK_TYPES
+
+from .config import SUMMARIES
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -93,11 +91,10 @@ def summarize(results: Sequence[dict]) -> dict:
     }
     if tokens:
         out["avg_response_tokens"] = round(_mean(tokens), 1)
-    refl = [r["reflection"] for r in results if r.get("reflection")]
-    if refl:  # evaluate.reflection: free | regrpo (docs/regrpo.md §6)
-        from embodied_rft.regrpo.trigger import summarize as reflection_summary
-
-        out["reflection"] = reflection_summary(refl)
+    for key, summary in SUMMARIES.items():  # the fields a policy wrapper adds (config.SUMMARIES)
+        got = [r[key] for r in results if r.get(key)]
+        if got:
+            out[key] = summary(got)
     return out
 
 
@@ -115,48 +112,4 @@ def aggregate(results: Sequence[dict]) -> dict:
         "overall": summarize(results),
         "per_subset": {k: summarize(v) for k, v in _ordered_groups(results, "subset", SUBSETS).items()},
         "per_task_type": {k: summarize(v) for k, v in _ordered_groups(results, "task_type", TASK_TYPES).items()},
-    }
-
-
-def mcnemar_exact(only_a: int, only_b: int) -> float:
-    """Two-sided exact McNemar p-value: the discordant pairs as ``Binomial(only_a + only_b, 1/2)``; 1.0 when
-    there are none."""
-    if only_a < 0 or only_b < 0:
-        raise ValueError(f"discordant counts must be >= 0, got {only_a}, {only_b}")
-    n = only_a + only_b
-    k = min(only_a, only_b)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
-    return min(1.0, 2.0 * tail)
-
-
-def paired_diff_ci(only_a: int, only_b: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """95% interval of a paired difference of two success rates, b's minus a's, from the discordant counts of
-    ``n`` pairs: the Wald interval for paired proportions, (only_b - only_a) / n ± z · √(only_a + only_b −
-    (only_b − only_a)² / n) / n (Agresti, *Categorical Data Analysis*, §10.1). Fractions, not points."""
-    if n <= 0 or only_a < 0 or only_b < 0 or only_a + only_b > n:
-        raise ValueError(f"paired_diff_ci: need 0 <= only_a + only_b <= n and n > 0, got {only_a}, {only_b}, {n}")
-    d = (only_b - only_a) / n
-    se = math.sqrt(max(0.0, only_a + only_b - (only_b - only_a) ** 2 / n)) / n
-    return d - z * se, d + z * se
-
-
-def paired(a: Mapping[str, bool | int], b: Mapping[str, bool | int]) -> dict:
-    """Model ``a`` vs model ``b`` on the episodes both played (``{episode_id: success}`` each).
-
-    ``gap`` is b's success minus a's, in points; ``only_a``/``only_b`` count the episodes one of them alone
-    solved; ``p_mcnemar`` is the exact two-sided McNemar p-value of those discordant counts."""
-    ids = sorted(set(a) & set(b))
-    if not ids:
-        raise ValueError("the two models share no evaluated episode: nothing to pair")
-    both = sum(1 for i in ids if a[i] and b[i])
-    only_a = sum(1 for i in ids if a[i] and not b[i])
-    only_b = sum(1 for i in ids if b[i] and not a[i])
-    return {
-        "episodes": len(ids),
-        "both": both,
-        "only_a": only_a,
-        "only_b": only_b,
-        "neither": len(ids) - both - only_a - only_b,
-        "gap": round(100.0 * (only_b - only_a) / len(ids), 2),
-        "p_mcnemar": round(mcnemar_exact(only_a, only_b), 4),
     }

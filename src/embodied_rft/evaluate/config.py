@@ -6,6 +6,11 @@ Output: :class:`EvalConfig`, read by :func:`embodied_rft.evaluate.stage.run_eval
 The episode limits are EmbodiedBench's (docs/facts.md §4.3: 30 environment steps, 10 invalid actions). The planner-call
 cap is ours: EB has none, but each of its planner calls either executes an action or counts an invalid one,
 so 40 calls (30 + 10) can never cut an EB episode short; it only guards against a policy bug.
+
+Plug-in points (core/plugins.py): ``evaluate.reflection`` names a policy wrapper (:data:`WRAPPERS`; ``none``, the
+model's own answer, is the core's: ``policy.py``), and a field a wrapper's policy adds to each episode result is summed over the
+results by the summary registered under the field's name (:data:`SUMMARIES`); ReGRPO's inference trigger registers
+``free`` and ``regrpo`` and the summary of ``reflection``.
 """
 
 from __future__ import annotations
@@ -14,10 +19,15 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..config import check
+from ..core import plugins
 from ..generation.config import GenerationConfig
 
 # the checkpoints the pipeline builds: evaluate.models names them, paths.<name>_model holds each
 MODEL_NAMES = ("base", "sft", "grpo")
+# evaluate.reflection's policy wrappers: ``wrap(generator, mode) -> Policy`` (the model's policy under the mode)
+WRAPPERS = plugins.Registry("policy wrapper")
+# summaries of the fields policies add to episode results: ``summarize([field of each result that has it]) -> dict``
+SUMMARIES = plugins.Registry("result summary")
 
 
 @dataclass(frozen=True)
@@ -53,10 +63,11 @@ class EvalConfig:
     resume: bool = True
     # the generation backend and sampling (greedy by default, as EmbodiedBench evaluates)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
-    # ReGRPO's inference trigger (regrpo/trigger.py, docs/regrpo.md §6): none (the policy's answer, as EB) | free
-    # (the same answers, with per-call reflection counts) | regrpo (a reflection only when the last action failed,
-    # the observation is empty or the answer's confidence is below the episode's running mean; one per call)
-    reflection: Literal["none", "free", "regrpo"] = "none"
+    # the policy's wrapper (WRAPPERS): none (the policy's answer, as EB) or an extension's, e.g. ReGRPO's inference
+    # trigger (regrpo/trigger.py, docs/regrpo.md §6): free (the same answers, with per-call reflection counts) |
+    # regrpo (a reflection only when the last action failed, the observation is empty or the answer's confidence is
+    # below the episode's running mean; one per call)
+    reflection: str = "none"
     # per-model new-token caps overriding generation.max_new_tokens, e.g. {base: 48}: a randomly initialised
     # tiny model never emits its end token (docs/calibration.md §3.5), so on a CPU its 10 doomed planner calls
     # are capped
@@ -99,6 +110,7 @@ class EvalConfig:
             "max_offline_samples",
             f"must be -1 (all), 0 (none) or a count, got {self.max_offline_samples}",
         )
+        WRAPPERS.lookup(self.reflection, "reflection")
 
     @property
     def limits(self) -> EpisodeLimits:

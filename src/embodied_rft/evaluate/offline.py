@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..reward import RewardConfig
-from ..scoring import score_response, summarise
+from ..scoring import score_response, summarize
 
 
 def score_responses(
@@ -40,7 +40,7 @@ def score_responses(
         )
         rows.append(row)
         by_subset[s.get("subset", "base")].append(row)
-    return {**summarise(rows), "per_subset": {k: summarise(v) for k, v in sorted(by_subset.items())}}
+    return {**summarize(rows), "per_subset": {k: summarize(v) for k, v in sorted(by_subset.items())}}
 
 
 def _load_image(root: Path, rel: str | None) -> Any:

@@ -25,9 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from ..core import plugins
 from ..data.response import format_response
 from ..generation.config import GenerationConfig
 from ..world.actions import ActionSpace
+from .config import WRAPPERS
 
 
 @dataclass
@@ -74,6 +76,9 @@ class ModelPolicy:
 
     def close(self) -> None:
         self.generator.close()
+
+
+WRAPPERS.register("none", lambda generator, mode: ModelPolicy(generator))  # evaluate.reflection: none (config.py)
 
 
 def _need_contexts(contexts: Sequence[PlanContext] | None, n: int, who: str) -> Sequence[PlanContext]:
@@ -148,8 +153,10 @@ class PolicySpec:
     model_dir: str | None = None
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     seed: int = 0
-    # evaluate.reflection: none | free | regrpo (a model under ReGRPO's trigger, regrpo/trigger.py)
+    # evaluate.reflection: the name of the wrapper (config.WRAPPERS) the model's policy is built under; none = as is
     reflection: str = "none"
+    # the module that registers that wrapper (core/plugins.py), imported by the worker that builds the policy
+    plugin: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind == "model" and not self.model_dir:
@@ -163,8 +170,5 @@ class PolicySpec:
         from ..generation import make_generator
 
         gen = make_generator(Path(str(self.model_dir)), self.generation)
-        if self.reflection != "none":
-            from ..regrpo.trigger import ReflectionPolicy
-
-            return ReflectionPolicy(gen, self.reflection)
-        return ModelPolicy(gen)
+        plugins.import_module(self.plugin)
+        return WRAPPERS.lookup(self.reflection, "evaluate.reflection")(gen, self.reflection)

@@ -30,11 +30,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from embodied_rft.config import ConfigError, as_dict
+from embodied_rft.core import plugins
 from embodied_rft.core.atomic import write_json_atomic, write_text_atomic
 from embodied_rft.core.metrics import write_metrics
+from embodied_rft.core.stats import paired
 from embodied_rft.core.subset import seeded_subset
 from embodied_rft.data.prompt import PromptConfig
-from embodied_rft.evaluate.aggregate import aggregate, paired
+from embodied_rft.evaluate.aggregate import aggregate
 from embodied_rft.evaluate.config import EvalConfig
 from embodied_rft.evaluate.offline import offline_metrics
 from embodied_rft.evaluate.policy import ModelPolicy, PolicySpec
@@ -149,7 +151,8 @@ def run_evaluate(
         gen_cfg = cfg.generation
         if name in cfg.max_new_tokens_by_model:
             gen_cfg = dataclasses.replace(gen_cfg, max_new_tokens=cfg.max_new_tokens_by_model[name])
-        spec = PolicySpec("model", str(model_dir), gen_cfg, cfg.seed, reflection=cfg.reflection)
+        plugin = plugins.module_for(cfg.reflection)  # for a worker process: the module of the reflection's wrapper
+        spec = PolicySpec("model", str(model_dir), gen_cfg, cfg.seed, reflection=cfg.reflection, plugin=plugin)
         ident = {**common, "policy": "model", "model": dir_fingerprint(model_dir), "generation": as_dict(gen_cfg)}
         if cfg.reflection != "none":  # stored results of plain runs keep their fingerprint
             ident["reflection"] = cfg.reflection
@@ -176,7 +179,7 @@ def run_evaluate(
             "model_dir": str(model_dir),
             "interactive": aggregate(recs),
             "offline": offline,
-            # per-episode outcomes, for paired comparisons here and across seeds (embodied_rft.tools.seeds)
+            # per-episode outcomes, for paired comparisons here and across seeds (a study's table: embodied_rft.study)
             "episode_success": {r["episode_id"]: bool(r["success"]) for r in recs},
         }
         timing[name] = {

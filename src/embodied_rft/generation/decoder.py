@@ -452,7 +452,8 @@ class DecoderLM:
 
         Prompts of very different lengths are run in up to ``max_buckets`` length buckets (:func:`length_buckets`),
         each left-padded to its own longest prompt, and their states are then left-padded to one width: on the GRPO
-        default's mix of short expert prompts and long on-policy histories one padded batch was ~45% padding. The
+        default's mix of short expert prompts and long on-policy histories one padded batch is largely padding
+        (docs/experiments.md, "issue 23: the GRPO stage, old engine against new, same recipe, re-measured"). The
         real tokens' states do not depend on the padding (masked keys, positions counted from each prompt's
         first token)."""
         groups = length_buckets([len(p) for p in prompts], max_buckets)

@@ -36,8 +36,9 @@ def _grid_to_rows(t: torch.Tensor, slot: torch.Tensor, G: int, rep: int, dense: 
 class PromptKV:
     """Each distinct prompt's keys and values, computed once: per layer the keys transposed, ``k_t``
     ``[P, kv_heads, head_dim, W]``, and the values ``[P, kv_heads, W, head_dim]``, both contiguous (prompts
-    left-padded to width W; the decode step's two products read them in place, at twice the speed of the
-    strided layout the projection leaves), and ``bias`` [P, W]: 0 on real tokens, −inf on padding."""
+    left-padded to width W; the decode step's two products read them in place, faster than the strided layout
+    the projection leaves: docs/experiments.md, "the prompt-key layout"), and ``bias`` [P, W]: 0 on real tokens,
+    −inf on padding."""
 
     k_t: list[torch.Tensor]
     v: list[torch.Tensor]

@@ -3,8 +3,8 @@ is prefilled only from where the two part.
 
 Why: an interactive episode's next prompt is its last prompt with more history (EB's planner prompt grows by the
 actions just executed), so a greedy play that sends every live episode's prompt each round prefills the same
-history again and again. Measured on the GRPO stage's on-policy play (600 training episodes of the tiny default):
-62% of the prompt tokens repeat the same episode's previous prompt, and prefill was half of the play's time.
+history again and again. On the GRPO stage's on-policy play most prompt tokens repeat the same episode's previous
+prompt, and that prefill was a large share of the play's time (docs/experiments.md, "issue 23: the on-policy play").
 
 Input: token-id prompts and the :class:`~.decoder.DecoderLM` they run on. Output: what ``DecoderLM.prefill``
 returns (last-position logits, keys/values, lengths), up to float rounding: the reused keys/values are the ones

@@ -15,7 +15,10 @@ Four kinds, one entry point (:func:`embodied_rft.models.build_base_model`):
   folder); the paper's Qwen2.5-VL-7B-Instruct on GPU machines.
 
 Departure from the paper: the paper only ever used Qwen2.5-VL-7B; the tiny kinds exist so the whole pipeline
-runs and shows learning on a 2-core CPU (docs/calibration.md §3.1: a 3M model beats a 17.5M one at equal CPU time).
+runs and shows learning on a 2-core CPU (model size chosen at equal CPU time: docs/calibration.md §3.1).
+
+Plug-in point (core/plugins.py): ``model.tokenizer_extra`` names text sets in :data:`TOKENIZER_TEXTS`, which the
+``base`` stage adds to the tokenizer's corpus; VeGAS registers ``verification``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..config import check
+from ..core import plugins
+
+# text sets the tiny kinds' tokenizer may learn from besides the distilled corpus: ``texts() -> Iterable[str]``
+TOKENIZER_TEXTS = plugins.Registry("tokenizer text set")
 
 KINDS = ("tiny", "tiny_vl", "gguf", "pretrained")
 
@@ -145,18 +152,18 @@ class ModelConfig:
     # Seed of the random initialisation of the tiny kinds (and of tokenizer training order).
     seed: int = 0
     # Tiny kinds: size of the byte-level BPE vocabulary trained on the corpus, special tokens included.
-    # ~1.2k on this task's text keeps sequences ~22% shorter than a generic 8k vocab (docs/calibration.md §3.2).
+    # A vocabulary learnt on this task's text keeps sequences shorter than a generic one (docs/calibration.md §3.2).
     vocab_size: int = 1536
     # Tiny kinds: a merge must be seen at least this often in the corpus to enter the vocabulary.
     min_frequency: int = 2
     # Tiny kinds: where BPE merges stop. words = GPT-2's split (merges stay inside a word); phrases = pieces
     # end only at line breaks, after ", " ". " "; " ": " and before numbers, so a whole action name or JSON key
-    # becomes one token (3.7x shorter samples on this task's text; models/tokenizer.py).
+    # becomes one token (far shorter samples on this task's text: docs/experiments.md, "Earlier rounds").
     pre_split: Literal["words", "phrases"] = "words"
-    # Tiny kinds: texts the tokenizer learns from besides the distilled corpus. verification = the VeGAS verifier's
-    # prompt and chain-of-thought templates (vegas/templates.py, 20 times over). Off by default: any added text
-    # moves BPE's merges and so changes the policy too (docs/vegas.md §6: on, verification texts get ~2x shorter
-    # and the policy's own 2.7% longer).
+    # Tiny kinds: text sets (TOKENIZER_TEXTS) the tokenizer learns from besides the distilled corpus. verification =
+    # the VeGAS verifier's prompt and chain-of-thought templates (vegas/templates.py, 20 times over). Off by default: any added text
+    # moves BPE's merges and so changes the policy too (on, verification texts get shorter and the policy's own
+    # slightly longer: docs/vegas.md §6).
     tokenizer_extra: tuple[str, ...] = ()
     # Tiny kinds: architecture of the language model.
     text: TextArch = field(default_factory=TextArch)
@@ -187,8 +194,8 @@ class ModelConfig:
             f"must be >= 300 (256 byte symbols + specials + merges), got {self.vocab_size}",
         )
         check(self.min_frequency >= 1, "model.min_frequency", f"must be >= 1, got {self.min_frequency}")
-        bad = [t for t in self.tokenizer_extra if t != "verification"]
-        check(not bad, "model.tokenizer_extra", f"unknown text set(s) {bad}; the only one is verification")
+        for name in self.tokenizer_extra:
+            TOKENIZER_TEXTS.lookup(name, "model.tokenizer_extra")
         check(self.image_min_pixels >= 1, "model.image_min_pixels", f"must be >= 1, got {self.image_min_pixels}")
         check(
             self.image_max_pixels >= self.image_min_pixels,

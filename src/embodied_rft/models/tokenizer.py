@@ -6,9 +6,9 @@ as end-of-sequence and ``<|endoftext|>`` as padding (Qwen2.5-Instruct's conventi
 ``save_pretrained``.
 
 Byte-level BPE (GPT-2 / Qwen style: all 256 byte symbols in the base alphabet) so any text, even text never
-seen in training, tokenises without unknown tokens. A task-specific vocabulary keeps sequences short
-(docs/calibration.md §3.2: ~1.2k merges on this task's text gave sequences ~22% shorter than a generic 8k vocab), which
-is most of what makes CPU training fast. Training is deterministic for a given corpus order.
+seen in training, tokenises without unknown tokens. A task-specific vocabulary keeps sequences short (shorter than a
+generic vocabulary's: docs/calibration.md §3.2), which is most of what makes CPU training fast. Training is
+deterministic for a given corpus order.
 """
 
 from __future__ import annotations
@@ -74,10 +74,10 @@ def train_tokenizer(
 
     ``pre_split`` decides where merges may not cross: ``words`` (GPT-2's split) or ``phrases`` (names and
     numbers apart, otherwise only at phrase boundaries; see ``NAME_OR_NUMBER``). On the tiny default's distilled
-    corpus, ``phrases`` with a 2,048 vocabulary made samples 2.2x shorter than ``words`` (149 vs 323 tokens per
-    prompt + response), and CPU training time scales with length. Merging across names as well (86 tokens) made
-    a tiny model stop grounding its plan in the prompt: a name in the answer no longer shared a token with the
-    same name in the observation.
+    corpus ``phrases`` makes samples far shorter than ``words``, and CPU training time scales with length
+    (docs/experiments.md, "Earlier rounds"). Merging across names as well, shorter still, made a tiny model stop
+    grounding its plan in the prompt: a name in the answer no longer shared a token with the same name in the
+    observation.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast

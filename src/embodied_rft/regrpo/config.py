@@ -6,18 +6,19 @@
   triple / the shuffled control) and the clean:RoT mix of ``sft.jsonl``;
 - ``reward.regrpo`` (:class:`RegrpoRewardConfig`): the coefficients of R = λ_exec·1{success} − η·C(τ) + λ_val·V.
 
-Input: each mapping via ``config.build``. Output: the objects ``data/decompose.py``, ``teacher/distill.py`` and
-``reward.py`` take. Every option is off by default (the default pipeline's outputs stay byte-identical); the
-values are the released code's (showlab/ReGRPO: the error-type mix, ``clean_ratio`` 0.5, η = 0.1 per 100
-reflection tokens, λ_val = 0). No import beyond :mod:`embodied_rft.config`, so the reward file stays light.
+Input: each mapping via ``config.build``. Output: the sections ``plugin.py`` registers in ``core.plugins.SECTIONS``,
+which ``data/decompose.py``, ``teacher/config.py`` and ``reward.py`` then build and hand to this package's hooks.
+Every option is off by default (the default pipeline never imports this package); the values are the released
+code's (showlab/ReGRPO: the error-type mix, ``clean_ratio`` 0.5, η = 0.1 per 100 reflection tokens, λ_val = 0). No
+import beyond :mod:`embodied_rft.config` at load, so the reward file stays light.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from ..config import check
+from ..config import ConfigError, as_dict, check
 
 # the four error types of the RoT engine, in the released code's order, and its target mix
 ERROR_TYPES = ("GroundingDrift", "ToolMismatch", "ArgInvalid", "InfoInsufficient")
@@ -66,6 +67,24 @@ class RotConfig:
             f"weights must be >= 0 and not all 0, got {dict(self.mix)}",
         )
 
+    def check_in(self, decompose: Any) -> None:
+        """The checks against the ``decompose`` keys beside it (``core.plugins.sections``)."""
+        check(
+            not self.enabled or decompose.recovery_per_episode > 0,
+            "decompose.rot.enabled",
+            "needs decompose.recovery_per_episode > 0 (the steps that get a near-miss)",
+        )
+        check(
+            not self.silent_twins or (self.enabled and decompose.steps_per_episode > 0),
+            "decompose.rot.silent_twins",
+            "needs decompose.rot.enabled and decompose.steps_per_episode > 0 (the twins replace drawn clean steps)",
+        )
+        check(
+            self.onpolicy_states is None or self.enabled,
+            "decompose.rot.onpolicy_states",
+            "needs decompose.rot.enabled (the on-policy failures join the RoT samples)",
+        )
+
 
 @dataclass(frozen=True)
 class RotDistillConfig:
@@ -111,6 +130,33 @@ class RegrpoRewardConfig:
         check(self.eta >= 0, "regrpo.eta", f"must be >= 0, got {self.eta}")
         check(self.cost_tokens >= 1, "regrpo.cost_tokens", f"must be >= 1, got {self.cost_tokens}")
         check(self.lambda_val >= 0, "regrpo.lambda_val", f"must be >= 0, got {self.lambda_val}")
+
+    # the reward's hooks (``reward.RewardConfig``): the breakdown field the variant adds to the logged terms
+    terms: ClassVar[tuple[str, ...]] = ("reflection_tokens",)
+
+    def openrlhf_options(self) -> dict[str, Any]:
+        """The coefficients OpenRLHF's reward file reads (``EMBODIED_RFT_REWARD_OPTIONS``). The executed success
+        needs the episodes and each sample's history, which the reward file never sees."""
+        if self.success == "executed":
+            raise ConfigError(
+                "reward.regrpo.success: executed runs on the local engine only; use offline with openrlhf"
+            )
+        return {k: v for k, v in as_dict(self).items() if k != "success"}
+
+    def options(self, **context: Any) -> dict[str, Any]:
+        """``reward.regrpo.score_regrpo``'s keyword options: the coefficients and the given ``context``
+        (``count_tokens``, ``executed``)."""
+        opts = {k: v for k, v in as_dict(self).items() if k != "success"}
+        return {**opts, **{k: v for k, v in context.items() if v is not None}}
+
+    def executor(self, episodes_path: Any) -> Any:
+        """With ``success: executed``, the plan run from each sample's state over the episodes (``execute.py``)."""
+        if self.success != "executed":
+            return None
+        from ..data.jsonl import iter_jsonl
+        from .execute import Executor
+
+        return Executor({rec["episode_id"]: rec for _, rec in iter_jsonl(episodes_path)})
 
 
 __all__ = ["ERROR_TYPES", "TARGET_MIX", "RegrpoRewardConfig", "RotConfig", "RotDistillConfig"]

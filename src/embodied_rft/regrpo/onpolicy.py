@@ -19,7 +19,7 @@ other pair is ``InfoInsufficient`` (put down with an empty hand, pick up from a 
 followed a rejected action, so none is ``GroundingDrift``. A state whose a* is the failed action itself is dropped
 and counted.
 
-``regrpo/collect.py`` collects the states (``tools/regrpo_seeds.py --onpolicy-from`` runs it per seed).
+``regrpo/collect.py`` collects the states (a study task runs it per seed: ``regrpo/study.py`` ``onpolicy_states``).
 """
 
 from __future__ import annotations

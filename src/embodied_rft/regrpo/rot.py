@@ -3,7 +3,8 @@ four error types at expert steps, each with the simulator's real feedback and a 
 checked by simulation to reach the goal.
 
 Input: an episode, the simulator state before expert step n, the expert plan as (id, name) pairs and a seeded RNG
-(``decompose.rot``: ``data/decompose.py`` calls :meth:`RotEngine.near_miss` at each recovery step). Output: a
+(``decompose.rot``: the engine is ``data/decompose.py``'s source of recovery samples, :meth:`RotEngine.recovery`
+calls :meth:`RotEngine.near_miss` at each recovery step). Output: a
 :class:`NearMiss` — the error type, the failed action a_fail, the state after executing it, its feedback, the
 corrected plan and where it came from — whose :meth:`NearMiss.meta` becomes the decomposed sample's ``rot`` field
 (docs/regrpo.md §4); and the engine's counts (:meth:`RotEngine.metrics`).
@@ -43,6 +44,7 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..data.decompose import near_misses, step_id
@@ -202,6 +204,7 @@ class RotEngine:
         self.steps = 0
         self.infeasible = 0
         self.skipped = 0
+        self.onpolicy: dict[str, Any] | None = None
 
     def _try(self, etype: str, action: str, sim: Simulator, pairs: Pairs, n: int, oracle: WorldOracle):
         aid = sim.actions.get_id(action)
@@ -255,6 +258,47 @@ class RotEngine:
         self.counts[chosen] += 1
         self.sources[found[chosen].corrected_source] += 1
         return found[chosen], sorted(found)
+
+    # ``decompose.rot`` as a source of decomposition's recovery samples (``data/decompose.py`` ``SOURCES``)
+    def recovery(self, ep: dict, sim: Simulator, pairs: Pairs, n: int, key: str):
+        """(state after the near-miss, its history entry, the corrected plan, the sample's ``rot`` field), or None."""
+        got = self.near_miss(ep, sim, pairs, n, random.Random(f"{key}:rot"))
+        if got is None:
+            return None
+        nm, feasible = got
+        entry = {"action_id": nm.action[0], "action_name": nm.action[1], "feedback": nm.feedback}
+        return nm.after, entry, nm.corrected, {"rot": nm.meta(feasible)}
+
+    def prefer(self, sample: dict) -> int | None:
+        """``silent_twins``: the step after a silent near-miss's (its clean twin) is kept first."""
+        silent = self.cfg.silent_twins and sample.get("rot", {}).get("executes")
+        return sample["step"] + 1 if silent else None
+
+    def extra(self, episodes: list[dict], seed: int) -> list[dict]:
+        """``onpolicy_states``: the RoT samples of a policy's own failures (``onpolicy.py``); their counts and checks
+        go into :meth:`report`."""
+        if self.cfg.onpolicy_states is None:
+            return []
+        from ..core.digest import file_digest
+        from ..data.jsonl import DataError
+        from .onpolicy import read_states, rot_samples
+
+        path = Path(self.cfg.onpolicy_states)
+        if not path.is_file():
+            raise DataError(
+                f"decompose.rot.onpolicy_states: {path} does not exist (python -m embodied_rft.regrpo.collect)"
+            )
+        by_id = {e["episode_id"]: e for e in episodes}
+        samples, counts = rot_samples(read_states(path), by_id, str(path))
+        self.onpolicy = {"file": path.as_posix(), "digest": file_digest(path), **counts, **checks(samples, by_id, seed)}
+        return samples
+
+    def report(self, samples: list[dict], episodes: dict[str, dict], seed: int) -> dict[str, Any]:
+        """The train split's ``rot`` metrics: :func:`report`'s, and the on-policy samples' (:meth:`extra`)."""
+        out = report(self, samples, episodes, seed)
+        if self.onpolicy is not None:
+            out["onpolicy"] = self.onpolicy
+        return out
 
     def metrics(self) -> dict[str, Any]:
         """Counts per type, achieved vs target shares, feasibility, the infeasible share."""

@@ -19,7 +19,7 @@ digest written with it). Greedy decoding with the fast
 sampler, the GRPO stage's held-out check's (``train/grpo/heldout.greedy_responses``).
 
 ``python -m embodied_rft.regrpo.steps --model DIR --samples FILE --out FILE`` writes the result atomically
-(``tools/regrpo_seeds.py`` runs it for every arm; ``regrpo/report.py`` reads it for the η check). With
+(the ReGRPO studies run it for every arm, ``regrpo/study.py`` ``steps``; their ``eta`` section reads it). With
 ``--rot-episodes EPISODES`` it first writes the RoT engine's near-misses on those held-out episodes to ``--samples``
 (:func:`heldout_rot_samples`): how often a policy repeats a failure it did not make itself (docs/regrpo.md §8).
 """
@@ -108,7 +108,7 @@ def plan_tally(kinds: Sequence[str], samples: Sequence[dict], firsts: Sequence[i
 
 def plan_rates(d: dict[str, Any]) -> dict[str, Any]:
     """``d`` (one kind's ``calls``, ``first_correct``, ``repeat``) with their rates over the calls (per seed here,
-    pooled over seeds in ``regrpo/report.py``)."""
+    pooled over seeds in ``regrpo/study.py``)."""
     d["first_correct_rate"] = round(d["first_correct"] / d["calls"], 4)
     d["repeat_rate"] = round(d["repeat"] / d["calls"], 4)
     return d
@@ -132,7 +132,9 @@ def heldout_rot_samples(episodes_path: str | Path, prompt_cfg: Any, recovery: in
     from .rot import RotEngine
 
     eps = [rec for _, rec in iter_jsonl(episodes_path)]
-    samples = decompose_episodes(eps, prompt_cfg, recovery=recovery, seed=seed, rot=RotEngine(RotConfig(enabled=True)))
+    samples = decompose_episodes(
+        eps, prompt_cfg, recovery=recovery, seed=seed, source=RotEngine(RotConfig(enabled=True))
+    )
     return [s for s in samples if is_recovery(s)]
 
 
@@ -144,7 +146,7 @@ def named_type(response: str) -> str:
 
 def with_rates(d: dict[str, Any]) -> dict[str, Any]:
     """``d`` (one kind's ``calls``, ``reflecting``, ``reflection_tokens``) with its tokens per call and reflection
-    rate set from those counts (per seed here, pooled over seeds in ``regrpo/report.py``)."""
+    rate set from those counts (per seed here, pooled over seeds in ``regrpo/study.py``)."""
     d["tokens_per_call"] = round(d["reflection_tokens"] / d["calls"], 4)
     d["reflection_rate"] = round(d["reflecting"] / d["calls"], 4)
     return d

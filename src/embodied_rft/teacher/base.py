@@ -9,7 +9,7 @@ cache, budget and validation live outside the backend, so a backend is only "how
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 # Failure kinds of one HTTP attempt (retryable unless noted) and of one answer (never retried: a new sample
 # index is asked instead). These are the keys of metrics["failures"].
@@ -64,8 +64,3 @@ class Teacher(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-def sampling_params(request: dict[str, Any]) -> dict[str, Any]:
-    """The request without its messages (for logs and metrics; never holds the key)."""
-    return {k: v for k, v in request.items() if k != "messages"}

@@ -11,10 +11,16 @@ answers were filtered; here answers are validated (rejection sampling, ``validat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from ..config import check
-from ..regrpo.config import RotDistillConfig
+from ..core import plugins
+
+
+def rewrites(section: Any) -> bool:
+    """Whether a section an extension contributes to ``teacher`` rewrites the accepted answers (``teacher/distill.py``
+    REWRITES): its ``reflection`` is not ``none`` or it sets a clean share (``clean_ratio``)."""
+    return plugins.switched_on(section, "reflection", "clean_ratio")
 
 
 @dataclass(frozen=True)
@@ -200,8 +206,9 @@ class TeacherConfig:
     max_attempts: int = 2
     # distil only the first N samples (in file order); null = all
     max_samples: int | None = None
-    # ReGRPO's cold-start data (docs/regrpo.md): the reasoning of RoT samples (decompose.rot) and the clean:RoT mix
-    rot: RotDistillConfig = field(default_factory=RotDistillConfig)
+    # the sections extensions contribute (core/plugins.py), used when they rewrite the answers (rewrites): teacher.rot,
+    # ReGRPO's cold-start data (docs/regrpo.md): the reasoning of RoT samples (decompose.rot), the clean:RoT mix
+    extensions: dict[str, Any] = plugins.extensions()
 
     def __post_init__(self) -> None:
         check(
@@ -211,3 +218,4 @@ class TeacherConfig:
         )
         check(self.max_attempts >= 1, "teacher.max_attempts", f"must be >= 1, got {self.max_attempts}")
         check(self.max_samples is None or self.max_samples >= 0, "teacher.max_samples", "must be >= 0 or null")
+        object.__setattr__(self, "extensions", plugins.sections(self, "teacher", lambda _, section: rewrites(section)))

@@ -19,6 +19,10 @@ run; it is never skipped ahead to a later sample index.
 
 Departures from the paper: the paper asked Gemini-2.0-flash once per prompt with no stated filtering;
 here answers are validated and may be asked again (``max_attempts``); the default teacher is offline.
+
+Plug-in point (core/plugins.py): a section an extension contributes to ``teacher`` that is on (``config.rewrites``)
+rewrites the accepted answers before they are written, registered in :data:`REWRITES` under the section's key
+(ReGRPO's reasoning of RoT samples and clean:RoT mix, ``teacher.rot``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from embodied_rft.core import plugins
 from embodied_rft.core.atomic import atomic_open
 from embodied_rft.core.metrics import write_metrics
 from embodied_rft.schema import parse_sample
@@ -44,7 +49,7 @@ from embodied_rft.schema import parse_sample
 from ..data.jsonl import DataError, read_jsonl, require
 from .base import ANSWER_KINDS, REQUEST_KINDS, RUN_KINDS, Answer, FatalTeacherError
 from .cache import ResponseCache, cache_key
-from .config import TeacherConfig
+from .config import TeacherConfig, rewrites
 from .redact import redact, redacting_logs
 from .registry import build_teacher
 from .retry import Budget, BudgetExhausted, Counters, GaveUp, RateLimiter, Stopped, call_with_retry
@@ -54,6 +59,9 @@ log = logging.getLogger(__name__)
 
 _GAVE_UP_WARNINGS = 20
 _LISTED = 100  # left-out sample ids listed per reason in the metrics (the counts are always complete)
+# rewrites of the accepted answers by section key: ``rewrite(section, samples, accepted, *, teacher, run)`` changes
+# ``accepted`` (canonical responses, None where none is kept) in place and returns its metrics (under the key)
+REWRITES = plugins.Registry("distillation rewrite")
 
 
 # what metrics/distill.json shows (request counts, failures by kind and timing are in metrics/distill.details.json)
@@ -318,11 +326,11 @@ def _distill(
                     log.debug("sample %s index %d rejected (%s): %s", samples[i]["sample_id"], r, v.kind, v.reason)
                     still.append(i)
             open_ = still
-        rot_info = None
-        if cfg.rot.reflection != "none" or cfg.rot.clean_ratio is not None:  # ReGRPO's options (docs/regrpo.md)
-            from ..regrpo.distill import apply_rot
-
-            rot_info = apply_rot(cfg.rot, samples, accepted, teacher=teacher, run=run)
+        rewritten = {
+            name: REWRITES.lookup(name, f"teacher.{name}")(section, samples, accepted, teacher=teacher, run=run)
+            for name, section in cfg.extensions.items()
+            if rewrites(section)
+        }
     finally:
         if cache is not None:
             cache_rows = len(cache)
@@ -378,8 +386,7 @@ def _distill(
     }
     if cache is not None:
         metrics["cache_entries"] = cache_rows
-    if rot_info is not None:
-        metrics["rot"] = rot_info
+    metrics.update(rewritten)
     log.info(
         "distill: %d/%d samples kept (answer acceptance %.1f%%), %d requests, %d cache hits, %d+%d tokens%s",
         kept,

@@ -1,13 +1,13 @@
 """The README's results, rendered from the default run's ``metrics/*.json`` so they cannot drift.
 
 Input: a metrics folder written by ``dvc repro`` (``distill``, ``base``, ``sft``, ``grpo`` and ``eval`` JSON) and, once
-``make seeds`` has run, ``seeds.json``. Output: two Markdown blocks of ``README.md``, each between its markers:
+``make seeds`` has run, the ``seeds`` study's table ``results/seeds/table.json``. Output: two Markdown blocks of ``README.md``, each between its markers:
 
 * ``<!-- results:begin -->`` … ``<!-- results:end -->``: the table of the default run (:func:`render`);
 * ``<!-- results:ordering:begin -->`` … ``<!-- results:ordering:end -->``: the prose that compares the run with the
   paper's ordering base < SFT < SFT+GRPO (:func:`render_ordering`): each step's gap, paired counts and p-value, and
   whether it holds (a positive gap with exact McNemar p < 0.05), not significantly, or not at all; then the same
-  over the seeds of ``metrics/seeds.json``.
+  over the seeds of the ``seeds`` study.
 
 Every figure of a run stands inside these blocks, none in the README's prose around them (a test checks that a
 run with other metrics changes no figure outside them). ``python -m embodied_rft.tools.results`` writes both
@@ -148,8 +148,12 @@ def _step(name: str, first: str, second: str, pr: dict | None) -> str:
     )
 
 
-def render_ordering(metrics_dir: str | Path) -> str:
-    """The README's comparison with the paper's ordering, from ``eval.json`` (+ ``base.json``) and ``seeds.json``."""
+SEEDS_TABLE = Path("results/seeds/table.json")  # the `seeds` study's table (conf/study/seeds.yaml)
+
+
+def render_ordering(metrics_dir: str | Path, seeds_table: str | Path = SEEDS_TABLE) -> str:
+    """The README's comparison with the paper's ordering, from ``eval.json`` (+ ``base.json``) and the ``seeds``
+    study's table."""
     d = Path(metrics_dir)
     ev, base = _load(d, "eval"), _load_optional(d, "base")
     size = f" ({base['parameters'] / 1e6:.1f}M parameters)" if base else ""
@@ -158,37 +162,36 @@ def render_ordering(metrics_dir: str | Path) -> str:
         f"In the default run{size}: {_step('base < SFT', 'base', 'SFT', paired.get('base->sft'))}; "
         f"{_step('SFT < SFT+GRPO', 'SFT', 'SFT+GRPO', paired.get('sft->grpo'))}. "
     )
-    return _wrap(text + _seeds_sentence(_load_optional(d, "seeds")))
+    t = Path(seeds_table)
+    return _wrap(text + _seeds_sentence(json.loads(t.read_text("utf-8")) if t.exists() else None))
 
 
-def _seeds_sentence(seeds: dict | None) -> str:
-    """The seed spread of ``make seeds`` (``metrics/seeds.json``), or a pointer to it when it has not run."""
-    if not seeds:
-        return "Seed spread: `make seeds` has not run (it writes `metrics/seeds.json` and `reports/seeds.md`)."
-    succ = seeds.get("success", {})
+def _seeds_sentence(table: dict | None) -> str:
+    """The seed spread of the ``seeds`` study (``results/seeds/table.json``), or a pointer to it when it has not
+    run."""
+    if not table:
+        return "Seed spread: `make seeds` has not run (it writes `results/seeds/table.json` and `table.md`)."
+    out = table.get("outcomes", {})
 
-    def ms(model: str) -> str:
-        o = succ[model]["overall"]
+    def ms(key: str) -> str:
+        o = out[key]["success"]
         return f"{o['mean']:.1f} ± {o['sd']:.1f}%"
 
-    step = "SFT < SFT+GRPO"
-    if (
-        step not in seeds.get("paired", {})
-        or step not in seeds.get("ordering", {})
-        or not {"SFT", "SFT+GRPO"} <= set(succ)
-    ):
-        return f"Seed spread: `reports/seeds.md` (`metrics/seeds.json` has no {step} step to quote here)."
-    pr, order = seeds["paired"][step], seeds["ordering"][step]
-    n, above = len(seeds["seeds"]), sum(g > 0 for g in pr["gap_per_seed"])
+    pr = table.get("comparisons", {}).get("sft_to_grpo")
+    if pr is None or not {"pipeline/sft", "pipeline/grpo"} <= set(out):
+        return "Seed spread: `results/seeds/table.md` (it has no SFT < SFT+GRPO comparison to quote here)."
+    sa, sb = out["pipeline/sft"]["success"], out["pipeline/grpo"]["success"]
+    gap, spread = sb["mean"] - sa["mean"], sa["sd"] + sb["sd"]
+    n, above = len(pr["seeds"]), sum(g > 0 for g in pr["success_gap_per_seed"])
     text = (
-        f"Over {n} seeds (`make seeds`: each its own world, data, models; `reports/seeds.md`): SFT {ms('SFT')} → "
-        f"SFT+GRPO {ms('SFT+GRPO')}, higher on {above} of {n} seeds, the gap of means ({order['gap']:+.1f}) "
-        f"{'beyond' if order['beyond_spread'] else 'within'} the spread (sum of the s.d. {order['spread']:.1f}); "
+        f"Over {n} seeds (`make seeds`: each its own world, data, models; `results/seeds/table.md`): SFT "
+        f"{ms('pipeline/sft')} → SFT+GRPO {ms('pipeline/grpo')}, higher on {above} of {n} seeds, the gap of means "
+        f"({gap:+.1f}) {'beyond' if gap > spread else 'within'} the spread (sum of the s.d. {spread:.1f}); "
         f"pooled, SFT+GRPO alone solved {pr['only_b']} episodes, SFT alone {pr['only_a']} (exact McNemar "
-        f"{_p(pr['p_mcnemar'])})"
+        f"{_p(pr['p_mcnemar_pooled'])})"
     )
-    if "GRPO without SFT" in succ:
-        text += f"; GRPO without SFT {ms('GRPO without SFT')}"
+    if "no_sft/grpo" in out:
+        text += f"; GRPO without SFT {ms('no_sft/grpo')}"
     return text + "."
 
 
@@ -209,34 +212,22 @@ def splice(readme: str, block: str, begin: str = BEGIN, end: str = END) -> str:
     return f"{head}{begin}\n{block}\n{end}{tail}"
 
 
-def update(readme: str, metrics_dir: str | Path) -> str:
-    """``readme`` with both generated blocks rewritten from ``metrics_dir``."""
+def update(readme: str, metrics_dir: str | Path, seeds_table: str | Path = SEEDS_TABLE) -> str:
+    """``readme`` with both generated blocks rewritten from ``metrics_dir`` and the seeds study's table."""
     readme = splice(readme, render(metrics_dir))
-    return splice(readme, render_ordering(metrics_dir), ORDER_BEGIN, ORDER_END)
-
-
-def generated_blocks(readme: str) -> list[str]:
-    """The text of each generated block of ``readme`` (between its markers), in order."""
-    return [readme.split(b, 1)[1].split(e, 1)[0] for b, e in ((BEGIN, END), (ORDER_BEGIN, ORDER_END))]
-
-
-def outside_blocks(readme: str) -> str:
-    """``readme`` without its generated blocks: the prose no run rewrites."""
-    for b, e in ((BEGIN, END), (ORDER_BEGIN, ORDER_END)):
-        head, rest = readme.split(b, 1)
-        readme = head + rest.split(e, 1)[1]
-    return readme
+    return splice(readme, render_ordering(metrics_dir, seeds_table), ORDER_BEGIN, ORDER_END)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--metrics", default="metrics")
     ap.add_argument("--readme", default="README.md")
+    ap.add_argument("--seeds-table", default=str(SEEDS_TABLE), help="the seeds study's table (make seeds)")
     ap.add_argument("--check", action="store_true", help="exit 1 if the README's results differ from the metrics")
     a = ap.parse_args(argv)
     path = Path(a.readme)
     old = path.read_text()
-    new = update(old, a.metrics)
+    new = update(old, a.metrics, a.seeds_table)
     if a.check:
         if new != old:
             print(f"{path}: the results are not the ones {a.metrics}/ gives; run `make results`", file=sys.stderr)

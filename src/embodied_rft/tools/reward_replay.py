@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
+import embodied_rft.regrpo.plugin  # noqa: F401 - registers the regrpo variant (a tool may import an extension)
 from embodied_rft.reward import REWARDS, RewardBreakdown, score
 
 COLUMNS = ("structure", "valid", "match", "accuracy", "total", "accuracy_full")

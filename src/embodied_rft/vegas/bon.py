@@ -7,7 +7,8 @@ prompt config (the training prompt). Outputs, each written atomically:
 - ``metrics_path`` (``metrics/bon.json`` + ``bon.details.json``): per selector, success overall / per subset /
   long-horizon, the paired comparison with greedy (exact McNemar, ``evaluate/aggregate.py``), the cost columns
   (policy samples, verifications and model calls per planner call, wall seconds); candidate coverage of the greedy
-  run's states; each verifier's AUROC on the policy's own live candidates;
+  run's states; each verifier's AUROC on the policy's own live candidates; per episode, each selector's success
+  and the episode's subset (what a study pairs selectors with, ``vegas/study.py``);
 - ``report_path`` (``reports/bon.md``) and ``plot_path`` (success by selector, all episodes and long-horizon);
 - ``work_dir/<selector>/episodes.jsonl``: per-episode results, appended and fsynced as each episode ends
   (``evaluate/store.py``), so a killed run resumes where it stopped; ``work_dir/live_<verifier>.jsonl`` likewise
@@ -32,8 +33,9 @@ from typing import Any
 
 from ..config import ConfigError, as_dict
 from ..core.metrics import write_metrics
+from ..core.stats import paired
 from ..data.prompt import PromptConfig
-from ..evaluate.aggregate import aggregate, paired
+from ..evaluate.aggregate import aggregate
 from ..evaluate.config import EpisodeLimits
 from ..evaluate.episode import run_lockstep
 from ..evaluate.report import PROXY_LABEL
@@ -246,7 +248,7 @@ def check_models(cfg: BonConfig, models: Mapping[str, str | Path], *, checkpoint
     ``live_verifiers``) need is on this machine and looks loadable: the checkpoint folders of ``models`` (a config,
     complete weights and a tokenizer: ``models/integrity.py``) and the zero-shot SmolLM2 verifier (``bon.zs_model``:
     its GGUF file, or a local checkpoint; nothing is ever downloaded). ``checkpoints=False`` checks only the latter,
-    for a caller whose stages still make the folders (``tools/bon_seeds.py``)."""
+    for a caller whose stages still make the folders (a VeGAS study before it runs: ``vegas/study.py``)."""
     from ..models.integrity import DamagedCheckpointError, check_checkpoint
     from ..models.pretrained import ModelNotAvailableError, gguf_ready, resolve_checkpoint
 
@@ -352,6 +354,7 @@ def summarize_bon(
         "coverage": coverage(live_calls, [k for k in cfg.coverage_k if k <= cfg.n]),
         "live_auroc": dict(live_auroc),
         "episode_success": outcomes,
+        "episode_subset": {r["episode_id"]: r.get("subset", "base") for recs in results.values() for r in recs},
         "config": as_dict(cfg),
     }
 

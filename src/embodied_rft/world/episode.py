@@ -1,7 +1,7 @@
 """Reading and checking the parts of an Episode the simulator needs (scene, goal, task type).
 
 Input: an Episode dict (the record format: :mod:`embodied_rft.schema`, ``docs/data.md``). Output: :class:`SceneSpec` with the
-scene's objects and the goal, or :class:`~embodied_rft.data.jsonl.DataError` whose message names the field,
+scene's objects and the goal, or :class:`~embodied_rft.core.jsonl.DataError` whose message names the field,
 e.g. ``scene.objects[3].type: unknown object type 'Foo'``. :func:`check_episode` also checks the fields the
 simulator ignores (episode_id, split, subset, instruction, expert_plan, meta), for generated data.
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from embodied_rft.data.jsonl import DataError, read_jsonl
+from embodied_rft.core.jsonl import DataError, read_jsonl
 from embodied_rft.schema import SUBSETS, TASK_TYPES, check_episode_record
 from embodied_rft.world.objects import ALFRED_TO_EB, LAMPS, MOVABLE_RECEPTACLES, SLICED_TYPE, TYPES
 

@@ -12,6 +12,9 @@ One optimiser *update* = one AdamW step over ``train_batch_size`` sequences of t
 N_B groups holds N_B·G sequences; K_2 = ``filter.updates_per_buffer`` updates run on it, walking it in
 shuffled minibatches (a new shuffle each pass). OpenRLHF expresses the same as
 K_2 = max_epochs × N_B·G / train_batch_size (docs/facts.md §5.5); :meth:`GRPOConfig.openrlhf_epochs` does the division.
+
+Plug-in points of the local engine (core/plugins.py): :data:`GROUP_MEMBERS` (``grpo.anchors``: constructed members
+of a group) and :data:`METERS` (per-response measures logged beside the reward); ReGRPO registers both.
 """
 
 from __future__ import annotations
@@ -21,9 +24,18 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from embodied_rft.config import ConfigError, check
+from embodied_rft.core import plugins
 from embodied_rft.filtering import FilterConfig
-from embodied_rft.regrpo.config import check_anchor_kinds
 from embodied_rft.train.grpo.onpolicy import OnPolicyConfig
+
+# grpo.anchors, by the option's name: ``members(kinds)`` checks the kinds; ``members(kinds, ctx, cfg)`` (the stage's
+# context and this config) returns the writer whose ``applies(sample)`` and ``answers(sample) -> [(kind, text)]`` the
+# engine asks for a group's constructed members
+GROUP_MEMBERS = plugins.Registry("group member writer")
+# measures of each sampled response for the rollout rows (their reflection tokens, clean and silent calls), by the
+# reward variant or a sample field that turns them on: ``meter(count_tokens) -> fn(sample, text) -> (tokens, clean,
+# silent)``, ``count_tokens`` the policy tokenizer's count (train/grpo/log.py RolloutStats)
+METERS = plugins.Registry("rollout meter")
 
 
 def _paper_filter() -> FilterConfig:
@@ -203,7 +215,7 @@ class GRPOConfig:
     num_rollout_workers: int = 0
     # Rollouts (and the held-out greedy check) in this many single-thread processes that read the trainer's
     # parameters from shared memory (train/grpo/workers.py; CPU, fast-sampler models); 0 = in the training process.
-    # Two such processes decoded 1.67x faster than one two-thread process on 2 cores.
+    # Two such processes decode faster than one two-thread process on 2 cores (bench/bench_sampler.py).
     rollout_processes: int = 0
     # Rollout and held-out sampler: fast (the project's sampler for Qwen2/Llama text models: one prefill per
     # prompt for its G samples, in-place K/V cache, finished rows dropped, sampled-token log-probs returned so
@@ -237,8 +249,7 @@ class GRPOConfig:
     # auto = cuda when available, else cpu.
     device: str = "auto"
     # CPU threads for torch in this process (0 = torch's default, one per core). Tiny models gain nothing
-    # from intra-op threads and lose a lot when cores are shared: 1 thread sampled 17x faster than 2 on a
-    # busy 2-core machine (measured here).
+    # from intra-op threads and lose a lot when cores are shared (docs/performance.md).
     num_threads: int = 0
     # torch.use_deterministic_algorithms for the run: with more than one intra-op thread, backward passes
     # otherwise sum in a varying order and two runs of the same config drift apart from the third update on
@@ -257,9 +268,9 @@ class GRPOConfig:
     # Which decomposed train samples are prompts: all (the paper) | recovery (only those after a mistaken action:
     # with decompose.rot, ReGRPO's RoT states; docs/regrpo.md §5).
     decomposed_prompts: Literal["all", "recovery"] = "all"
-    # ReGRPO's constructed group members (regrpo/anchors.py; the released trainer's groups, not the paper's): for a
-    # RoT state, the last len(anchors) of its G samples are replaced by these answers — correct | reflect | failed |
-    # corrupted — scored by the same reward. [] (default) = sampled groups only. Local engine only.
+    # constructed group members (GROUP_MEMBERS), e.g. ReGRPO's (regrpo/anchors.py; the released trainer's groups, not
+    # the paper's): for a RoT state, the last len(anchors) of its G samples are replaced by these answers — correct |
+    # reflect | failed | corrupted — scored by the same reward. [] (default) = sampled groups only. Local engine only.
     anchors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -319,7 +330,8 @@ class GRPOConfig:
             f"must be null or >= group_size ({self.group_size}); got {self.sampler_max_rows}",
         )
         check(self.rollout_processes >= 0, "grpo.rollout_processes", "must be >= 0 (0 = in-process)")
-        check_anchor_kinds(self.anchors)
+        if self.anchors:
+            GROUP_MEMBERS.lookup("anchors", "grpo.anchors")(self.anchors)
         check(
             len(self.anchors) < g,
             "grpo.anchors",

@@ -24,7 +24,6 @@ from embodied_rft.core.metrics import write_metrics
 from embodied_rft.core.subset import seeded_subset
 from embodied_rft.data.decompose import is_recovery
 from embodied_rft.data.jsonl import DataError
-from embodied_rft.regrpo.reward import identity as reward_identity
 from embodied_rft.reward import RewardConfig
 from embodied_rft.train.grpo.checkpoint import fingerprint
 from embodied_rft.train.grpo.config import GRPOConfig
@@ -60,10 +59,10 @@ def run_grpo_local(
     points (:data:`~embodied_rft.train.grpo.engine.Hooks`): ``on_update`` is called with an :class:`UpdateInfo` after
     every optimiser update, ``reward`` replaces the scorer.
     ``states`` (samples, summary), from :mod:`.onpolicy`, are mixed into the training prompts as
-    ``cfg.onpolicy.fraction`` says. ``executor`` runs a response from its sample's state for the regrpo
-    reward's executed success (``regrpo/execute.py``). ``anchors`` (a :class:`~embodied_rft.regrpo.anchors.AnchorWriter`,
-    needed when ``cfg.anchors`` is set) writes a RoT state's constructed group members. Resumes from ``work_dir`` when a checkpoint of the same
-    config and inputs is there.
+    ``cfg.onpolicy.fraction`` says. ``executor`` runs a response from its sample's state for a reward variant that
+    executes it (``RewardConfig.executor``: the regrpo reward's executed success). ``anchors`` (the writer
+    ``config.GROUP_MEMBERS`` gives, needed when ``cfg.anchors`` is set) writes a group's constructed members. Resumes
+    from ``work_dir`` when a checkpoint of the same config and inputs is there.
     """
     reward = reward or RewardConfig()
     t_start = time.perf_counter()
@@ -251,7 +250,7 @@ def run_key(cfg: GRPOConfig, reward: RewardConfig, policy: Any, train: Any, stat
     return fingerprint(
         {
             "config": config_identity(cfg),
-            "reward": reward_identity(reward),
+            "reward": reward.identity(),
             "policy": policy,
             "train": train,
             "states": fingerprint([(s["sample_id"], s["label"]) for s in states]) if states is not None else None,

@@ -45,10 +45,7 @@ from transformers import get_scheduler
 
 from embodied_rft.core.vision import freeze_vision, is_vision_model
 from embodied_rft.filtering import BufferBatch, GroupBuffer
-from embodied_rft.regrpo.reward import BoundReward
-from embodied_rft.regrpo.steps import state_kind
-from embodied_rft.regrpo.text import reflection_tokens
-from embodied_rft.reward import RewardConfig
+from embodied_rft.reward import BoundReward, RewardConfig
 from embodied_rft.schema import read_samples
 from embodied_rft.train.grpo.checkpoint import (
     EngineState,
@@ -58,7 +55,7 @@ from embodied_rft.train.grpo.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from embodied_rft.train.grpo.config import GRPOConfig
+from embodied_rft.train.grpo.config import METERS, GRPOConfig
 from embodied_rft.train.grpo.heldout import evaluate_greedy
 from embodied_rft.train.grpo.log import RolloutStats as _RolloutStats
 from embodied_rft.train.grpo.log import RunTracker
@@ -142,11 +139,15 @@ class GRPOEngine:
         self.vision = is_vision_model(self.model)
         self.io = PolicyIO(tok, cfg.max_prompt_tokens, image_root)
         self.io.add_model_eos(self.model)
-        # regrpo: reflection tokens in the policy's tokens, the executed success (docs/regrpo.md §5)
+        # an extension's variant may count the policy's tokens or execute a response (regrpo: docs/regrpo.md §5)
         self.reward = BoundReward(reward, self.count_tokens, executor)
         if "reward" in self.hooks:
             self.reward = self.hooks["reward"](self)
-        self.log_reflection = reward.variant == "regrpo" or any("rot" in s for s in train_samples)
+        # a meter of each response (config.METERS), turned on by the reward variant or a field of the train samples
+        names = [reward.variant, *sorted({k for s in train_samples for k in s})]
+        meter = next((m for m in (METERS.find(n, "grpo") for n in names) if m is not None), None)
+        self.meter = meter(self.count_tokens) if meter is not None else None
+        self.log_reflection = self.meter is not None
         if self.vision and cfg.freeze_vision:
             log.info("froze %d vision parameters", freeze_vision(self.model))
         if cfg.gradient_checkpointing:
@@ -173,10 +174,10 @@ class GRPOEngine:
         )
         self.train_samples = train_samples
         self._encoded: dict[int, EncodedPrompt] = {}
-        # grpo.anchors: the constructed members of a RoT state's group (regrpo/anchors.py), token ids per prompt
+        # grpo.anchors: a group's constructed members (config.GROUP_MEMBERS), token ids per prompt
         self.anchors = anchors if cfg.anchors else None
         if cfg.anchors and anchors is None:
-            raise ValueError("grpo.anchors is set but no AnchorWriter was given to the engine")
+            raise ValueError("grpo.anchors is set but no writer of the constructed members was given to the engine")
         self._anchor_ids: dict[int, list[list[int]]] = {}
         self.val_prompts = [self.io.encode(s, i) for i, s in enumerate(val_samples)]
         self.state = EngineState()
@@ -194,7 +195,7 @@ class GRPOEngine:
 
     # ---------------------------------------------------------------- bookkeeping
     def count_tokens(self, text: str) -> int:
-        """Tokens of ``text`` in the policy's tokenizer (the regrpo reward's reflection cost)."""
+        """Tokens of ``text`` in the policy's tokenizer (e.g. the regrpo reward's reflection cost)."""
         return len(self.io.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _planned_updates(self, n_prompts: int) -> int:
@@ -297,13 +298,10 @@ class GRPOEngine:
                     responses = [*responses[: len(responses) - k], *self._anchors_for(sample, p.index)]
                 texts = [self.io.decode(r) for r in responses]
                 parts = [self.reward.score(t, p.label, sample) for t in texts]
-                # clean calls (where ReGRPO's η should make reflections rare) and silent near-misses (RoT
-                # GroundingDrift states, where a reflection is needed) are logged apart
-                kind = state_kind(sample, f"sample {sample.get('sample_id', p.index)}")
                 n_sampled = len(responses) - k
                 for r, b, t in zip(responses[:n_sampled], parts, texts):
-                    refl = reflection_tokens(t, self.count_tokens) if self.log_reflection else 0
-                    stats.add(b, len(r), not r or r[-1] not in eos, refl, kind in ("first", "clean"), kind == "silent")
+                    measured = self.meter(sample, t) if self.meter is not None else (0, True, False)
+                    stats.add(b, len(r), not r or r[-1] not in eos, *measured)
                     st.response_tokens += len(r)
                 group = Group(p, responses, [b.total for b in parts], [b.accuracy_full for b in parts])
                 if rollout.logprobs is not None:  # the sampler's own log-probs: exactly π_old, no second pass

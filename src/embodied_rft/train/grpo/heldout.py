@@ -19,9 +19,9 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from embodied_rft.evaluate.aggregate import mcnemar_exact, paired, paired_diff_ci
+from embodied_rft.core.stats import mcnemar_exact, paired, paired_diff_ci
 from embodied_rft.reward import RewardConfig
-from embodied_rft.scoring import score_response, summarise
+from embodied_rft.scoring import score_response, summarize
 from embodied_rft.train.grpo.rollout import EncodedPrompt, PolicyIO, sample_groups
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def evaluate_greedy(
         score_response(io.decode(resp), p.label, reward, tokens=len(resp), truncated=not (resp and resp[-1] in eos))
         for p, resp in zip(prompts, resps, strict=True)
     ]
-    out = summarise(rows)
+    out = summarize(rows)
     out["per_prompt"] = [[round(r["total"], 6), r["accuracy_full"]] for r in rows]
     return out
 

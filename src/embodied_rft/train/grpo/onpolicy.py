@@ -20,10 +20,9 @@ processes, changes the speed only. The stage's policy prefills each prompt from 
 prompt ends (``generation/prefix.py``). The states are written atomically next to the run's checkpoints with the
 inputs' fingerprint, so a resumed GRPO run reuses them.
 
-Measured on the tiny default (seed 1, 96 training episodes, 168 s on 2 cores): 972 states, 785 of them right
-after a failed action. The paper's filter rejected all of the first 64 (C_x = 0: the SFT policy never produced
-the planner's whole remaining plan there), so these prompts need ``grpo.filter.enabled: false`` (or a partial
-credit filter) to train on at all.
+Most states come right after a failed action, where the SFT policy rarely produces the planner's whole
+remaining plan (C_x = 0), so the paper's filter rejects their groups: these prompts need
+``grpo.filter.enabled: false`` (or a partial credit filter) to train on at all (docs/experiments.md, issue 23).
 """
 
 from __future__ import annotations

@@ -10,12 +10,11 @@ from pathlib import Path
 
 from embodied_rft.config import as_dict, build
 from embodied_rft.core.digest import path_identity
-from embodied_rft.data.jsonl import iter_jsonl
 from embodied_rft.data.prompt import PromptConfig
 from embodied_rft.evaluate.config import EpisodeLimits
 from embodied_rft.reward import RewardConfig
 from embodied_rft.train.grpo.checkpoint import fingerprint
-from embodied_rft.train.grpo.config import GRPOConfig
+from embodied_rft.train.grpo.config import GROUP_MEMBERS, GRPOConfig
 from embodied_rft.train.grpo.driver import run_grpo_local
 from embodied_rft.train.grpo.onpolicy import (
     choose_episodes,
@@ -51,7 +50,7 @@ def run_grpo_stage(ctx) -> None:
             Path(p.work_dir) / "grpo",
             reward=reward,
             states=states,
-            executor=_executor(p, reward),
+            executor=reward.executor(Path(p.episodes_dir) / "train.jsonl"),
             anchors=_anchors(ctx, gcfg),
         )
         return
@@ -59,24 +58,9 @@ def run_grpo_stage(ctx) -> None:
 
 
 def _anchors(ctx, gcfg: GRPOConfig):
-    """The constructed group members' writer (``grpo.anchors``) in the SFT data's style: the scripted teacher's
-    phrasing settings and ``teacher.rot.seed`` (regrpo/anchors.py); None when the option is off."""
-    if not gcfg.anchors:
-        return None
-    from embodied_rft.regrpo.anchors import AnchorWriter
-    from embodied_rft.teacher.config import TeacherConfig
-
-    teacher = build(TeacherConfig, ctx.section("teacher"), "teacher")
-    return AnchorWriter(gcfg.anchors, teacher.scripted, teacher.rot.seed, gcfg.seed)
-
-
-def _executor(p, reward: RewardConfig):
-    """The regrpo reward's executed success (``reward.regrpo.success: executed``) over the train episodes."""
-    if reward.variant != "regrpo" or reward.regrpo.success != "executed":
-        return None
-    from embodied_rft.regrpo.execute import Executor
-
-    return Executor({rec["episode_id"]: rec for _, rec in iter_jsonl(Path(p.episodes_dir) / "train.jsonl")})
+    """The writer of a group's constructed members (``grpo.anchors``, ``config.GROUP_MEMBERS``), None when the
+    option is off."""
+    return GROUP_MEMBERS.lookup("anchors", "grpo.anchors")(gcfg.anchors, ctx, gcfg) if gcfg.anchors else None
 
 
 def _onpolicy_states(ctx, gcfg: GRPOConfig, policy_dir: str) -> tuple[list[dict], dict]:

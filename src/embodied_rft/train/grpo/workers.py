@@ -6,7 +6,7 @@ path — G responses per prompt and their sampled-token log-probs — with the p
 contiguous chunks, one per process, chunk ``j`` seeded ``seed·1009 + j`` (as the Ray actors do).
 
 Why: a decode step of a 3.7M-parameter model is a chain of small matrix products that one thread cannot
-spread over two cores; two single-thread processes each decoding half of the prompts measured 1.67× one
+spread over two cores; two single-thread processes each decoding half of the prompts are faster than one
 two-thread process (``bench/bench_sampler.py`` has the row). Why not Ray actors (``grpo.num_rollout_workers``):
 they hold copies of the weights, sent again after every buffer; here ``model.share_memory()`` moves the
 parameters into shared memory once, in place (the optimiser keeps the same tensors and updates them in

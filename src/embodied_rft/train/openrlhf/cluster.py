@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied_rft.config import ConfigError, StageFailed, as_dict
+from embodied_rft.core import plugins
 from embodied_rft.core.atomic import atomic_directory, replace_directory, write_jsonl_atomic
 from embodied_rft.core.digest import path_identity
 from embodied_rft.core.integrity import seal_folder
@@ -51,8 +52,7 @@ from embodied_rft.core.subset import seeded_subset
 from embodied_rft.data.jsonl import iter_jsonl
 from embodied_rft.filtering import openrlhf_keep
 from embodied_rft.models import integrity
-from embodied_rft.regrpo.reward import BoundReward, openrlhf_options
-from embodied_rft.reward import RewardConfig
+from embodied_rft.reward import BoundReward, RewardConfig
 from embodied_rft.schema import read_samples
 from embodied_rft.train.grpo.config import GRPOConfig
 from embodied_rft.train.grpo.driver import run_key
@@ -168,7 +168,8 @@ def plan_job(
         inputs={k: str(v) for k, v in inputs.items()},
         reward_variant=reward.variant,
         vision=image_root is not None,
-        reward_options=openrlhf_options(reward),
+        reward_options=reward.openrlhf_options(),
+        reward_plugin=plugins.module_for(reward.variant),
     )
     prefix = str(inputs["images"]) if image_root is not None else None
     return JobPlan(layout, inputs, copied, prefix, ray_address(gcfg), sid, train, submit)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from embodied_rft.config import ConfigError, build
+from embodied_rft.core import plugins
 from embodied_rft.data.jsonl import DataError, iter_jsonl
 from embodied_rft.pipeline import Paths
 from embodied_rft.reward import RewardConfig
@@ -28,7 +29,7 @@ def compose_job_config(overrides: Sequence[str], config_dir: str | Path = "conf"
     """The pipeline's config as the ``grpo`` stage would see it under ``grpo=openrlhf``: ``conf/`` composed by
     Hydra (the same composition as ``make params`` / ``dvc exp run -S``) with ``grpo=openrlhf`` first and then
     ``overrides``."""
-    from embodied_rft.params import compose
+    from embodied_rft.pipeline import compose
 
     return compose(config_dir, ["grpo=openrlhf", *overrides])
 
@@ -48,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     preset = [o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")][-1]
     try:
         composed = compose_job_config(overrides, args.config_dir)
+        plugins.use(composed.get("plugins"))  # as the stage's context does (an extension's reward variant)
         reward = build(RewardConfig, composed.get("reward") or {}, "reward")
         gcfg = build(GRPOConfig, composed["grpo"], "grpo")
         paths = Paths.from_config(composed.get("paths") or {})

@@ -311,18 +311,22 @@ def runtime_env(
     excludes: Sequence[str] = DEFAULT_EXCLUDES,
     reward_options: dict | None = None,
     tokenizer: str | None = None,
+    reward_plugin: str | None = None,
 ) -> dict:
     """The job's Ray runtime env: the uploaded repository and the non-secret env vars every worker of the job gets
-    (``grpo.openrlhf.env`` less :data:`DRIVER_ENV`; the reward variant and, for ``regrpo``, its coefficients as JSON
-    in ``EMBODIED_RFT_REWARD_OPTIONS`` and the policy's tokenizer for the reflection cost; where the reward file
-    appends its records, ``EMBODIED_RFT_REWARD_LOG``)."""
+    (``grpo.openrlhf.env`` less :data:`DRIVER_ENV`; the reward variant and, for an extension's (``reward_plugin``,
+    its module: core/plugins.py), that module in ``EMBODIED_RFT_REWARD_PLUGIN``, its options as JSON in
+    ``EMBODIED_RFT_REWARD_OPTIONS`` and the policy's tokenizer, e.g. for regrpo's reflection cost; where the reward
+    file appends its records, ``EMBODIED_RFT_REWARD_LOG``)."""
     env = {k: v for k, v in cfg.openrlhf.env.items() if k not in DRIVER_ENV}
     env["EMBODIED_RFT_REWARD_VARIANT"] = reward_variant
     env["EMBODIED_RFT_REWARD_LOG"] = str(layout.rewards)
     if reward_options:
         env["EMBODIED_RFT_REWARD_OPTIONS"] = json.dumps(reward_options, sort_keys=True)
-    if tokenizer and reward_variant == "regrpo":
-        env["EMBODIED_RFT_TOKENIZER"] = tokenizer
+    if reward_plugin:
+        env["EMBODIED_RFT_REWARD_PLUGIN"] = reward_plugin
+        if tokenizer:
+            env["EMBODIED_RFT_TOKENIZER"] = tokenizer
     return {"working_dir": working_dir, "excludes": list(excludes), "env_vars": env}
 
 
@@ -355,6 +359,7 @@ def build_openrlhf_job(
     eval_data: str | None = None,
     reward_file: str = REWARD_FILE,
     reward_options: dict | None = None,
+    reward_plugin: str | None = None,
 ) -> tuple[list[str], list[str]]:
     """(the trainer argv, the ``ray job submit`` argv that runs it, wrapped in :func:`job_entrypoint`, on
     :func:`ray_address` as job ``submission_id``). ``inputs`` (name → absolute path) are what the entrypoint checks
@@ -375,7 +380,15 @@ def build_openrlhf_job(
         eval_data=eval_data,
     )
     inputs = dict(inputs) if inputs is not None else {"policy": policy_path, "prompts": prompt_data}
-    env = runtime_env(cfg, reward_variant, layout, working_dir, reward_options=reward_options, tokenizer=policy_path)
+    env = runtime_env(
+        cfg,
+        reward_variant,
+        layout,
+        working_dir,
+        reward_options=reward_options,
+        tokenizer=policy_path,
+        reward_plugin=reward_plugin,
+    )
     submit = [
         "ray",
         "job",

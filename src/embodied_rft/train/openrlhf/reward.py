@@ -18,10 +18,12 @@ response ends at the first end-of-turn token. OpenRLHF swallows reward exception
 pass the filter with reward None, so this function never raises: anything unexpected scores 0.
 
 The reward variant comes from ``EMBODIED_RFT_REWARD_VARIANT`` (set by the job's runtime env from the
-``reward:`` config; default ``paper``); for ``regrpo`` its coefficients come as JSON in
-``EMBODIED_RFT_REWARD_OPTIONS``, reflection tokens are the tokenizer's at ``EMBODIED_RFT_TOKENIZER`` (a local
-checkpoint folder; words without it), and ``reflection_tokens`` joins the logged terms. Departure from the RR code: it parsed the response after
-``"assistant\\n"`` with a bare ``json.loads``; here the tolerant parser of the ``paper`` variant applies.
+``reward:`` config; default ``paper``). An extension's variant (core/plugins.py) is registered by the module
+``EMBODIED_RFT_REWARD_PLUGIN`` names, its options come as JSON in ``EMBODIED_RFT_REWARD_OPTIONS``, tokens are the
+tokenizer's at ``EMBODIED_RFT_TOKENIZER`` (a local checkpoint folder; e.g. regrpo's reflection tokens, words without
+it), and the terms its section names (``terms``: regrpo's ``reflection_tokens``) join the logged ones. Departure
+from the RR code: it parsed the response after ``"assistant\\n"`` with a bare ``json.loads``; here the tolerant
+parser of the ``paper`` variant applies.
 
 With ``EMBODIED_RFT_REWARD_LOG`` set (the ``grpo`` stage sets it to a folder on the shared filesystem), every scored
 sample is also appended, as one JSON line, to ``<folder>/<host>-<pid>.jsonl``: the time, a digest of the prompt
@@ -55,6 +57,7 @@ try:  # loaded by path on a cluster: make the package importable from the upload
 except ImportError:  # pragma: no cover - exercised only when the package is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     import embodied_rft.reward as _reward
+_plugins = _reward.plugins  # core/plugins.py: the registry an extension's variant joins
 
 
 def split_response(query: str, prompt: str, marker: str | None = None) -> str:
@@ -81,11 +84,9 @@ def split_response(query: str, prompt: str, marker: str | None = None) -> str:
     return rest[:cut].strip()
 
 
-def _regrpo_options() -> dict:
-    """The regrpo coefficients and token counter from the job's env (module docstring); read once."""
-    import json
-
-    if "regrpo" not in _OPTIONS:
+def _options() -> dict:
+    """The variant's options and the policy's token counter from the job's env (module docstring); read once."""
+    if "options" not in _OPTIONS:
         opts = json.loads(os.environ.get("EMBODIED_RFT_REWARD_OPTIONS") or "{}")
         path = os.environ.get("EMBODIED_RFT_TOKENIZER")
         if path:
@@ -93,18 +94,31 @@ def _regrpo_options() -> dict:
 
             tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
             opts["count_tokens"] = lambda text: len(tok(text, add_special_tokens=False)["input_ids"])
-        _OPTIONS["regrpo"] = opts
-    return _OPTIONS["regrpo"]
+        _OPTIONS["options"] = opts
+    return _OPTIONS["options"]
 
 
 _OPTIONS: dict[str, dict] = {}
 
 
+def _variant() -> str:
+    """The job's variant, its extension's module imported first (module docstring); ``paper`` when unknown."""
+    variant = os.environ.get("EMBODIED_RFT_REWARD_VARIANT", "paper")
+    try:
+        _plugins.import_module(os.environ.get("EMBODIED_RFT_REWARD_PLUGIN"))
+    except ImportError:
+        log.warning("EMBODIED_RFT_REWARD_PLUGIN cannot be imported", exc_info=True)
+    if variant not in _reward.REWARDS:
+        log.warning("EMBODIED_RFT_REWARD_VARIANT=%r is unknown; using 'paper'", variant)
+        variant = "paper"
+    return variant
+
+
 def _one(query: object, prompt: object, label: object, variant: str) -> tuple[float, float, dict[str, float]]:
-    keys = EXTRA_KEYS + (("reflection_tokens",) if variant == "regrpo" else ())
+    keys = EXTRA_KEYS + tuple(getattr(_plugins.SECTIONS.get(f"reward.{variant}"), "terms", ()))
     try:
         response = split_response(str(query), str(prompt))
-        opts = _regrpo_options() if variant == "regrpo" else {}
+        opts = _options()
         rb = _reward.score(response, label, variant, **opts)
         return rb.total, rb.accuracy_full, {k: float(getattr(rb, k)) for k in keys}
     except Exception:  # noqa: BLE001 - OpenRLHF would swallow it and let the sample through unscored
@@ -146,10 +160,7 @@ def _record(prompts: list, results: list) -> None:
 def reward_func(queries, prompts, labels, **kwargs) -> dict:
     """OpenRLHF's reward-file entry point (module docstring). Never raises."""
     try:
-        variant = os.environ.get("EMBODIED_RFT_REWARD_VARIANT", "paper")
-        if variant not in _reward.REWARDS:
-            log.warning("EMBODIED_RFT_REWARD_VARIANT=%r is unknown; using 'paper'", variant)
-            variant = "paper"
+        variant = _variant()
         n = len(queries)
         prompts = list(prompts) if prompts is not None else [""] * n
         labels = list(labels) if labels is not None else [""] * n

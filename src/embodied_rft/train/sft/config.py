@@ -117,8 +117,8 @@ class SFTConfig:
     # Weights & Biases project name.
     wandb_project: str = "embodied_rft"
     # Batch samples of similar length together (transformers' LengthGroupedSampler: shuffled mega-batches sorted
-    # by length), so little of each batch is padding. On the tiny default (samples 60-180 tokens) this made a
-    # step ~1.7x faster. RR/paper: off (LLaMA-Factory packs instead).
+    # by length), so little of each batch is padding: faster steps on the tiny default, whose samples vary in
+    # length (docs/experiments.md). RR/paper: off (LLaMA-Factory packs instead).
     group_by_length: bool = False
     # Data-loader worker processes (0 = load in the training process; VL image decoding may want 2-4).
     dataloader_workers: int = 0

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from embodied_rft.data.jsonl import DataError, iter_jsonl, require
-from embodied_rft.scoring import score_response, summarise
+from embodied_rft.scoring import score_response, summarize
 from embodied_rft.train.sft.data import open_image
 
 log = logging.getLogger(__name__)
@@ -86,4 +86,4 @@ def format_metrics(model: Any, tok: Any, prompts: list[ValPrompt], *, max_new_to
         model.train(was_training)
     comps = [cs[0] for cs in out]
     rows = [score_response(c.text, tokens=c.completion_tokens, truncated=c.finish_reason == "length") for c in comps]
-    return {**summarise(rows), "example": comps[0].text[:500]}
+    return {**summarize(rows), "example": comps[0].text[:500]}
