@@ -89,7 +89,8 @@ def test_outputs_keep_normal_modes_and_killed_writers_temps_are_removed(tmp_path
     import sys
 
     from embodied_rft.core import atomic
-    from embodied_rft.core.atomic import DIR_MODE, FILE_MODE, save_pretrained_atomic
+    from embodied_rft.core.atomic import DIR_MODE, FILE_MODE
+    from embodied_rft.core.integrity import save_pretrained_atomic
 
     out = tmp_path / "sft.jsonl"
     write_json_atomic(out, {"a": 1})

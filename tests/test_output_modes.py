@@ -14,8 +14,8 @@ from embodied_rft.core.atomic import (
     atomic_directory,
     normalize_modes,
     replace_directory,
-    save_pretrained_atomic,
 )
+from embodied_rft.core.integrity import save_pretrained_atomic
 
 
 def _modes(folder: Path) -> dict[str, int]:

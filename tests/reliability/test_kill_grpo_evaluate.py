@@ -137,7 +137,7 @@ def test_grpo_sigkilled_at_random_points_resumes_to_the_uninterrupted_result(tmp
 def test_what_a_save_killed_midway_leaves_is_removed_by_the_next_save(tmp_path):
     """A kill inside a checkpoint or final-model save leaves its temp folder (for a 7B policy: weights plus AdamW
     moments, ~3x the model). The next save clears such folders, and only those."""
-    from embodied_rft.core.atomic import save_pretrained_atomic
+    from embodied_rft.core.integrity import save_pretrained_atomic
     from embodied_rft.train.grpo.checkpoint import EngineState, load_checkpoint, save_checkpoint
 
     work, models = tmp_path / "work", tmp_path / "models"

@@ -9,8 +9,8 @@ folder is swapped onto the target with renames (the old target, if any, is moved
 after), so a reader sees either the complete old checkpoint or the complete new one. A body that raises leaves
 the target untouched and the temp folder deleted. Both renames stay within one parent folder, hence one file
 system. :func:`replace_directory` is the swap on its own, for a folder built elsewhere in the same parent
-(several training processes that must agree on one staging path); :func:`save_pretrained_atomic` writes a
-Hugging Face checkpoint (model + tokenizer/processor) this way.
+(several training processes that must agree on one staging path); ``core/integrity.py``'s ``save_pretrained_atomic``
+writes a sealed Hugging Face checkpoint (model + tokenizer/processor) this way.
 """
 
 from __future__ import annotations
@@ -167,17 +167,6 @@ def replace_directory(src: str | os.PathLike, target: str | os.PathLike) -> None
     shutil.rmtree(old, ignore_errors=True)
 
 
-def save_pretrained_atomic(model: Any, tokenizer_or_processor: Any, out_dir: str | Path) -> None:
-    """Save a Hugging Face checkpoint (model + tokenizer/processor) so ``out_dir`` is never half-written
-    (:func:`atomic_directory`)."""
-    from .integrity import seal_folder  # integrity writes its manifest with this module's helpers
-
-    with atomic_directory(out_dir) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer_or_processor.save_pretrained(tmp)
-        seal_folder(tmp)  # checksums.sha256: load_model verifies it (models/integrity.py)
-
-
 __all__ = [
     "DIR_MODE",
     "FILE_MODE",
@@ -186,7 +175,6 @@ __all__ = [
     "normalize_modes",
     "remove_stale_temps",
     "replace_directory",
-    "save_pretrained_atomic",
     "write_json_atomic",
     "write_jsonl_atomic",
     "write_text_atomic",

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_text_atomic
+from .atomic import atomic_directory, write_text_atomic
 from .digest import json_digest, sha256_file
 
 MANIFEST = "checksums.sha256"
@@ -128,7 +128,17 @@ def record_intact(rec: Any) -> bool:
     return isinstance(rec, dict) and rec.get(RECORD_FIELD) == record_digest(rec)
 
 
+def save_pretrained_atomic(model: Any, tokenizer_or_processor: Any, out_dir: str | Path) -> None:
+    """Save a Hugging Face checkpoint (model + tokenizer/processor) so ``out_dir`` is never half-written
+    (:func:`atomic_directory`)."""
+    with atomic_directory(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer_or_processor.save_pretrained(tmp)
+        seal_folder(tmp)  # checksums.sha256: load_model verifies it (models/integrity.py)
+
+
 __all__ = [
+    "save_pretrained_atomic",
     "MANIFEST",
     "RECORD_FIELD",
     "IntegrityError",

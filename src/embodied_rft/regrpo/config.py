@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from ..config import ConfigError, as_dict, check
+from .text import ERROR_TYPES
 
 # the four error types of the RoT engine, in the released code's order, and its target mix
-ERROR_TYPES = ("GroundingDrift", "ToolMismatch", "ArgInvalid", "InfoInsufficient")
 TARGET_MIX = {"GroundingDrift": 0.294, "ToolMismatch": 0.246, "ArgInvalid": 0.308, "InfoInsufficient": 0.152}
 # the constructed group members of ``grpo.anchors`` (regrpo/anchors.py): the released trainer's group per RoT record
 ANCHOR_KINDS = ("correct", "reflect", "failed", "corrupted")

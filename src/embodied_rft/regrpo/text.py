@@ -25,7 +25,9 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from ..data.response import parse_response
-from .config import ERROR_TYPES
+
+# the four error types of the reflection triple (ReGRPO; docs/regrpo.md §2)
+ERROR_TYPES = ("GroundingDrift", "ToolMismatch", "ArgInvalid", "InfoInsufficient")
 
 MARKERS = ("ErrorType:", "Evidence:", "FixPlan:")
 _TRIPLE_RE = re.compile(r"ErrorType:\s*(?P<t>[A-Za-z]+)\W*?Evidence:\s*(?P<e>.*?)\s*FixPlan:\s*(?P<f>.*)", re.S)

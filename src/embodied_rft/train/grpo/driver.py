@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from embodied_rft.config import as_dict
-from embodied_rft.core.atomic import save_pretrained_atomic
 from embodied_rft.core.digest import path_identity
+from embodied_rft.core.integrity import save_pretrained_atomic
 from embodied_rft.core.metrics import write_metrics
 from embodied_rft.core.subset import seeded_subset
 from embodied_rft.data.decompose import is_recovery
