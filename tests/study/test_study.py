@@ -207,3 +207,12 @@ def test_a_merge_table_that_cannot_be_pooled_is_refused_before_any_seed_runs(tmp
     f = _study(tmp_path, f"seeds: [0, 1]\ninclude: [arms/paper]\nrun: [no_sft]\nmerge: [{tmp_path / 'old.json'}]\n")
     with pytest.raises(StudyError, match=message):
         Generator(load(f), _pipe(), REPO / "conf").compose()
+
+
+def test_list_names_every_study_with_its_description(capsys, monkeypatch) -> None:
+    monkeypatch.chdir(REPO)
+    assert cli.main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == sorted(f.stem for f in (REPO / "conf/study").glob("*.yaml"))
+    seeds = load(REPO / "conf/study/seeds.yaml").description.splitlines()[0]
+    assert f"seeds: {seeds}" in lines

@@ -4,8 +4,7 @@
   arm's composed config (nothing runs when one is bad: one ``error:`` line, exit status 2), writes
   ``studies/<name>/`` (dvc.yaml, the arms' configs), prints DVC's plan (``dvc repro --dry``), then ``dvc repro``\\s
   it. A second run with nothing changed is a no-op: DVC finds every stage up to date.
-- ``generate <study> [--seeds ...]``: only write ``studies/<name>/``; ``--check`` fails when the committed files
-  are stale (a test runs it for every study).
+- ``generate <study> [--seeds ...]``: only write ``studies/<name>/`` (``make studies``: every study).
 - ``table <study> --seeds ...``: the table stage's command (DVC runs it): reads every finished outcome, merges the
   published tables under ``merge:``, writes ``results/<name>/table.json`` and ``table.md``.
 """
@@ -60,11 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         "--override", "-o", action="append", default=[], help="a Hydra override added to the study's (repeatable)"
     )
     ap.add_argument("--dry-run", action="store_true", help="run: print the plan, run nothing")
-    ap.add_argument("--check", action="store_true", help="generate: fail if studies/<name>/ is stale")
     args = ap.parse_args(argv)
     if args.command == "list":
         for f in sorted(STUDY_DIR.glob("*.yaml")):
-            print(f"{f.stem}: {load(f).description.splitlines()[0] if load(f).description else ''}")
+            print(f"{f.stem}: {(load(f).description.splitlines() or [''])[0]}")
         return 0
     if not args.study:
         ap.error("name a study")
@@ -75,14 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         study = load(args.study, seeds=args.seeds)
         if args.override:
             study = replace(study, overrides=(*study.overrides, *args.override))
-        gen = Generator(study)
-        if args.check:
-            stale = gen.stale()
-            if stale:
-                print(f"error: {stale}; run `make studies`", file=sys.stderr)
-                return 1
-            return 0
-        dvc_file = gen.write()
+        dvc_file = Generator(study).write()
     except (StudyError, KeyError) as exc:
         msg = " ".join(str(exc).strip("'\"").split())
         print(f"error: {msg}", file=sys.stderr)

@@ -258,13 +258,6 @@ class Generator:
                 old.unlink()
         return studies_dir(self.study) / "dvc.yaml"
 
-    def stale(self) -> str | None:
-        """The first file of ``studies/<name>/`` that differs from a fresh generation; None when all match."""
-        for path, text in self.files().items():
-            if not path.exists() or path.read_text("utf-8") != text:
-                return f"{path}: stale"
-        return None
-
 
 def _composed(conf_dir: Path, overrides: tuple[str, ...]) -> str:
     """params.yaml's composition of ``conf_dir`` with ``overrides`` (resolved), memoised with the folder's

@@ -102,16 +102,11 @@ def _outcome(rows: list[dict[str, Any]]) -> dict[str, Any]:
     rows = sorted(rows, key=lambda r: r["seed"])
     cols = sorted({c for r in rows for c in r.get("counts") or {}})
     subsets = sorted({k for r in rows for k in r.get("subsets") or {}})
-    pooled = {}
-    for c in cols:
-        num = sum((r.get("counts") or {}).get(c, [0, 0])[0] for r in rows)
-        den = sum((r.get("counts") or {}).get(c, [0, 0])[1] for r in rows)
-        pooled[c] = round(num / den, 4) if den else None
     return {
         "per_seed": rows,
         "success": spread([r["success"] for r in rows]),
         "subsets": {k: spread([r["subsets"][k] for r in rows if k in (r.get("subsets") or {})]) for k in subsets},
-        "counts_pooled": pooled,
+        "counts_pooled": {c: _pooled_rate(rows, c) for c in cols},
     }
 
 
