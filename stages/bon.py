@@ -1,6 +1,6 @@
 """DVC stage `bon` (`make bon`, outside `make repro`): every Best-of-N selector on the same held-out episodes
 -> metrics/bon.json (success, paired tests against greedy, cost, coverage, live AUROC), reports/bon.md,
-plots/bon_success_by_selector.svg."""
+plots/bon_success_by_selector.svg, reports/bon_calls.csv (the per-call table: within-call metrics)."""
 
 from pathlib import Path
 
@@ -29,6 +29,7 @@ def main(cfg) -> None:
         Path(p.work_dir) / "bon",
         prompt_cfg=build(PromptConfig, ctx.section("prompt"), "prompt"),
         extra={"lineage": lineage("dvc.lock", ctx.cfg, used=list(models.values()))},
+        calls_path=Path(p.reports_dir) / "bon_calls.csv",
     )
 
 

@@ -1,8 +1,9 @@
 """DVC stage `verifier`: data/verify/train.jsonl (+ with verifier.policy_data the SFT policy's own oracle-labelled
 candidates on training episodes) + models/base (verifier.init=random), models/sft (init=sft) or the pretrained
 verifier.model (init=pretrained: converted into the work folder on each run, as the base stage converts a
-policy) -> models/verifier (the project's SFT), metrics/verifier.json (held-out balanced accuracy, AUROC),
-plots/verifier_loss.csv."""
+policy) -> models/verifier (the project's SFT; with verifier.objective=pairwise a reward model trained with TRL's
+RewardTrainer on correct-vs-wrong candidate pairs of one context), metrics/verifier.json (held-out balanced accuracy,
+AUROC), plots/verifier_loss.csv."""
 
 from pathlib import Path
 

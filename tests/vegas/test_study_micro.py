@@ -20,7 +20,7 @@ plugins: [embodied_rft.vegas.study]
 include: [arms/vegas]
 run: [vegas]
 modes: {json.dumps(MODES)}
-overrides: [experiment=micro, "bon.selectors=[{",".join(MODES)}]"]
+overrides: [experiment=micro, "bon.selectors=[{",".join(MODES)}]", "bon.live_verifiers=[]"]
 comparisons:
   - {{id: greedy_to_bon_ft, a: vegas/greedy, b: vegas/bon_ft}}
   - {{id: sample_to_bon_ft, a: vegas/sample, b: vegas/bon_ft}}
@@ -30,6 +30,7 @@ checks:
 sections:
   - {{section: bon_coverage, arm: vegas}}
   - {{section: bon_live_auroc, arm: vegas}}
+  - {{section: bon_within_call, arm: vegas}}
 """
 
 
@@ -55,6 +56,11 @@ def test_the_vegas_arm_runs_on_micro_through_dvc(tmp_path, repo_root):
     assert c["episodes"] == 2 and c["only_a"] + c["only_b"] <= 2
     assert list(t["sections"]["bon_coverage"]["per_seed"]) == ["0"]
     assert t["checks"]["headroom"]["holds"] is not None
+    # where Best-of-N acts: the run's per-call table, pooled over the study's one seed
+    calls = clone / "runs/vegas_micro/seed-0/vegas/bon/reports/bon_calls.csv"
+    assert calls.read_text().startswith("episode_id,call,action,count,samples,label,greedy,greedy_label,")
+    w = t["sections"]["bon_within_call"]
+    assert w["pooled_seeds"] == [0] and w["pooled"]["all"]["calls"] == details["within_call"]["all"]["calls"]
     assert (clone / "results/vegas_micro/table.md").read_text().startswith("# Study `vegas_micro` over seeds [0]")
     again = run_ok(cmd, clone, env, timeout=1200)
     assert "Running stage" not in again.stdout

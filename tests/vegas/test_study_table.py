@@ -1,6 +1,5 @@
-"""VeGAS as a study (conf/study/vegas.yaml, vegas/study.py): the published table migrated from the pre-study
-``metrics/bon_seeds.json`` (results/vegas/table.json) keeps every number and follows from the counts it stores; the
-study loads and generates one shared ``bon`` run per arm whose deps are the models it reads; its table pools each
+"""VeGAS as a study (conf/study/vegas.yaml, vegas/study.py): the published table (results/vegas/table.json) follows
+from the counts it stores; the study loads and generates one shared ``bon`` run per arm whose deps are the models it reads; its table pools each
 selector's discordant episodes over seeds (overall, long-horizon, against ``sample``) from the runs'
 ``bon.details.json``; and a missing zero-shot verifier is refused before anything runs."""
 
@@ -21,12 +20,11 @@ from embodied_rft.study.layout import Pipeline, eval_runs
 from embodied_rft.study.spec import load
 from embodied_rft.study.table import RunContext, build, merge, read_runs, rebuild, render
 from embodied_rft.vegas import study as vegas_study  # noqa: F401 - registers the bon reader, sections, check, task
-from tests.helpers.legacy_vegas import GROUPS, old_table, outcome
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY = REPO / "conf/study/vegas.yaml"
 TABLE = REPO / "results/vegas/table.json"
-SELECTORS = ("greedy", "sample", "sc", "bon_zs", "bon_zs_smollm2", "bon_ft", "bon_oracle")
+SELECTORS = ("greedy", "sample", "sc", "bon_zs", "bon_ft", "bon_oracle")
 
 
 def _roundtrip(x: dict) -> dict:
@@ -41,48 +39,11 @@ def _pipe() -> Pipeline:
 
 
 def test_pooled_figures_follow_from_the_stored_counts() -> None:
+    if not TABLE.is_file():
+        pytest.skip("results/vegas/table.json is written by `make study S=vegas` (five seeds; docs/experiments.md)")
     table = json.loads(TABLE.read_text("utf-8"))
     assert _roundtrip(rebuild(table, load(STUDY))) == table
     assert (REPO / "results/vegas/table.md").read_text("utf-8") == render(table)
-
-
-def test_every_published_number_is_unchanged() -> None:
-    old = old_table(REPO)
-    if old is None:
-        pytest.skip("git history with commit 9cd6297 (metrics/bon_seeds.json, the pre-study table) is not available")
-    new = json.loads(TABLE.read_text("utf-8"))
-    seeds = old["seeds"]
-    assert new["seeds"] == seeds == [0, 1, 2]
-    for sel, s in old["success"].items():
-        o = new["outcomes"][outcome(sel)]
-        by_seed = {r["seed"]: r for r in o["per_seed"]}
-        assert [by_seed[x]["success"] if x in by_seed else None for x in seeds] == s["per_seed"], sel
-        long = [by_seed[x]["subsets"].get("long_horizon") if x in by_seed else None for x in seeds]
-        assert long == s["long_horizon_per_seed"], sel
-        assert round(o["success"]["mean"], 2) == s["mean"], sel
-    for group, (base, subset, cid) in GROUPS.items():
-        assert {k for k, c in new["comparisons"].items() if (c["a"], c["subset"]) == (outcome(base), subset)} == {
-            cid.format(sel=sel) for sel in old[group]
-        }
-        for sel, o in old[group].items():
-            c = new["comparisons"][cid.format(sel=sel)]
-            assert (c["a"], c["b"], c["subset"], c["seeds"]) == (outcome(base), outcome(sel), subset, seeds)
-            assert c["success_gap_per_seed"] == o["gap_per_seed"]
-            assert (c["only_a"], c["only_b"], c["episodes"]) == (o[f"only_{base}"], o["only_selector"], o["episodes"])
-            assert c["success_gap_pooled"] == o["gap_pooled"] and c["positive_seeds"] == o["positive_seeds"]
-            assert round(c["p_mcnemar_pooled"], 6) == o["p_mcnemar"]  # the old driver rounded p to 6 decimals
-            assert c["p_mcnemar_per_seed"] is None  # the old table kept only pooled counts
-    cov = new["sections"]["bon_coverage"]["per_seed"]
-    assert cov == old["coverage"]
-    auroc = new["sections"]["bon_live_auroc"]["per_seed"]
-    for sel, per in old["live_auroc"].items():
-        assert [auroc.get(str(x), {}).get(sel, {}).get("auroc") for x in seeds] == per, sel
-    assert {k: c["holds"] for k, c in new["checks"].items()} == old["checks"]
-    # the figures behind the verdicts, as the old driver computed them
-    ft = old["paired_vs_greedy"]["bon_ft"]
-    assert new["checks"]["bon_ft_gain_5pts_p05"]["figures"]["gap_pts"] == ft["gap_pooled"] == 4.58
-    heads = [round(100 * old["coverage"][str(x)]["headroom_at_4"], 2) for x in seeds]
-    assert new["checks"]["coverage_at_4_10pts_over_greedy_correct"]["figures"]["headroom_at_4_pts"] == heads
 
 
 # --- the study ---
@@ -90,12 +51,12 @@ def test_every_published_number_is_unchanged() -> None:
 
 def test_the_study_loads_and_its_selectors_share_one_bon_run() -> None:
     study = load(STUDY)
-    assert study.name == "vegas" and study.seeds == (0, 1, 2) and study.run == ("vegas",)
+    assert study.name == "vegas" and study.seeds == (0, 1, 2, 3, 4) and study.run == ("vegas",)
     stages = Generator(study, _pipe(), REPO / "conf").stages()
     assert list(stages) == [f"vegas-{s}" for s in ("prepare", "decompose", "distill", "base", "sft")] + [
         "vegas-synth",
         "vegas-verifier",
-        "vegas-bon",  # one run for the seven selectors
+        "vegas-bon",  # one run for the six played selectors (SmolLM2 scores live candidates only)
         "table",
     ]
     runs = eval_runs(study, "vegas")
@@ -110,7 +71,7 @@ def test_the_study_loads_and_its_selectors_share_one_bon_run() -> None:
     assert stages["vegas-verifier"]["do"]["outs"][0] == {f"{arm}/models/verifier": {"persist": True}}
     table = stages["table"]
     assert [d for d in table["deps"] if d.startswith("runs/")] == [
-        f"runs/vegas/seed-{s}/vegas/bon/metrics/bon.details.json" for s in (0, 1, 2)
+        f"runs/vegas/seed-{s}/vegas/bon/metrics/bon.details.json" for s in range(5)
     ]
     assert "src/embodied_rft/vegas/study.py" in table["deps"]
 
@@ -148,8 +109,8 @@ def test_a_missing_zero_shot_verifier_is_refused_before_anything_runs(capsys, mo
     assert "bon.zs_model: model.gguf_package: Python package 'no_such_package' is not installed" in err[0]
     assert {p: p.read_bytes() for p in (REPO / "studies" / "vegas").rglob("*") if p.is_file()} == before
     # without bon_zs_smollm2 among the played or scored selectors, nothing needs it
-    no_zs = "bon.selectors=[greedy,sample,bon_ft]"
-    study = replace(load(STUDY), overrides=(no_zs, "bon.zs_model.gguf_package=no_such_package"))
+    no_zs = ("bon.selectors=[greedy,sample,bon_ft]", "bon.live_verifiers=[]")
+    study = replace(load(STUDY), overrides=(*no_zs, "bon.zs_model.gguf_package=no_such_package"))
     assert "vegas-bon" in Generator(study, _pipe(), REPO / "conf").stages()
 
 
@@ -231,8 +192,10 @@ def test_the_table_pools_the_discordant_episodes_of_each_selector(tmp_path) -> N
     assert (lp["only_a"], lp["only_b"], lp["episodes"]) == (10, 19, 30) and lp["subset"] == "long_horizon"
     assert lp["success_gap_per_seed"] == [60.0, 40.0, -10.0] and lp["counts"] == {}
     checks = t["checks"]
-    assert checks["bon_ft_positive_on_2_of_3"]["holds"] and checks["coverage_at_4_10pts_over_greedy_correct"]["holds"]
-    assert checks["bon_ft_gain_5pts_p05"]["holds"] == (p["p_mcnemar_pooled"] < 0.05) is False
+    assert checks["coverage_at_4_10pts_over_greedy_correct"]["holds"]
+    assert checks["bon_ft_over_greedy_5pts_p05"]["holds"] == (p["p_mcnemar_pooled"] < 0.05) is False
+    # no run wrote within-call figures here: those checks are undecided, not failed
+    assert checks["bon_ft_within_call_075_lower_070"]["holds"] is None
     assert checks["coverage_at_4_10pts_over_greedy_correct"]["figures"] == {"headroom_at_4_pts": [12.0] * 3}
     ft = t["outcomes"]["vegas/bon_ft"]
     assert ft["success"]["mean"] == 50.0 and [r["success"] for r in ft["per_seed"]] == [50.0] * 3

@@ -6,13 +6,18 @@ prompt config (the training prompt). Outputs, each written atomically:
 
 - ``metrics_path`` (``metrics/bon.json`` + ``bon.details.json``): per selector, success overall / per subset /
   long-horizon, the paired comparison with greedy (exact McNemar, ``evaluate/aggregate.py``), the cost columns
-  (policy samples, verifications and model calls per planner call, wall seconds); candidate coverage of the greedy
+  (policy samples, verifications and model calls per planner call, the policy's generated tokens and the verification
+  prompts' tokens per call, wall seconds); candidate coverage of the greedy
   run's states; each verifier's AUROC on the policy's own live candidates; per episode, each selector's success
   and the episode's subset (what a study pairs selectors with, ``vegas/study.py``);
 - ``report_path`` (``reports/bon.md``) and ``plot_path`` (success by selector, all episodes and long-horizon);
 - ``work_dir/<selector>/episodes.jsonl``: per-episode results, appended and fsynced as each episode ends
   (``evaluate/store.py``), so a killed run resumes where it stopped; ``work_dir/live_<verifier>.jsonl`` likewise
-  for the live candidates' scores.
+  for the live candidates' scores;
+- ``calls_path`` (``reports/bon_calls.csv``): the per-call table of the greedy run's live candidates — count, oracle
+  label and each verifier's P(yes) per (call, distinct first action) — and, in the details, ``within_call``: each
+  verifier's within-call AUROC and each selector's top-1 oracle-correct rate and value over one sample, on first and
+  replanning calls apart (``vegas/calls.py``: where Best-of-N acts; the pooled live AUROC stays, reported).
 
 Before any selector plays, :func:`check_models` checks that every model the selectors need is on this machine and
 looks loadable (the policy; the SFT policy for ``bon_zs``; the trained verifier for ``bon_ft``; SmolLM2's GGUF file for
@@ -42,6 +47,7 @@ from ..evaluate.report import PROXY_LABEL
 from ..evaluate.stage import load_episodes, select_episodes
 from ..evaluate.store import ResultStore, dir_fingerprint, episode_hash, fingerprint
 from .bon_config import BonConfig
+from .calls import table_rows, within_call, write_table
 from .report import render_report, success_plot
 from .score import auroc, balanced_accuracy
 from .select import VERIFIED, BonPolicy
@@ -96,12 +102,16 @@ def cost(recs: Sequence[dict]) -> dict[str, float]:
     ps = sum(r.get("policy_samples", 0) for r in recs)
     ver = sum(r.get("verifications", 0) for r in recs)
     secs = sum(r.get("seconds", 0.0) for r in recs)
+    ptok = sum(r.get("policy_tokens", 0) for r in recs)
+    vtok = sum(r.get("verifier_prompt_tokens", 0) for r in recs)
     per = (lambda x: round(x / calls, 4)) if calls else (lambda x: 0.0)  # noqa: E731
     return {
         "planner_calls": calls,
         "policy_samples_per_call": per(ps),
         "verifications_per_call": per(ver),
         "model_calls_per_call": per(ps + ver),
+        "policy_tokens_per_call": per(ptok),
+        "verifier_prompt_tokens_per_call": per(vtok),
         "wall_s": round(secs, 2),
         "wall_s_per_call": per(secs),
     }
@@ -132,11 +142,13 @@ def coverage(live_calls: Sequence[dict], ks: Sequence[int]) -> dict[str, Any]:
 
 
 def live_items(live_calls: Sequence[tuple[dict, dict]], limit: int, seed: int) -> list[dict]:
-    """One item per (live state, distinct first action): its verification prompt and oracle label."""
-    items = []
+    """One item per (live state, distinct first action): its verification prompt and oracle label. With ``limit``
+    (a costly verifier), whole planner calls are drawn (seeded) until ``limit`` items are reached, so the
+    within-call metrics (``vegas/calls.py``) see every candidate of the calls it scores."""
+    calls = []
     for ep, c in live_calls:
-        for x in c["cands"]:
-            items.append(
+        calls.append(
+            [
                 {
                     "episode_id": f"{ep['episode_id']}:{c['call']}:{x['a']}",
                     "positive": x["label"] == "correct",
@@ -144,11 +156,18 @@ def live_items(live_calls: Sequence[tuple[dict, dict]], limit: int, seed: int) -
                         ep["instruction"], c["history"], c["observation"], x["reasoning"], x["a"], x["name"]
                     ),
                 }
-            )
-    if limit and len(items) > limit:
-        keep = set(random.Random(f"{seed}:live").sample(range(len(items)), limit))
-        items = [it for i, it in enumerate(items) if i in keep]
-    return items
+                for x in c["cands"]
+            ]
+        )
+    if limit and sum(map(len, calls)) > limit:
+        keep, n = set(), 0
+        for i in random.Random(f"{seed}:live-calls").sample(range(len(calls)), len(calls)):
+            if n >= limit:
+                break
+            keep.add(i)
+            n += len(calls[i])
+        calls = [c for i, c in enumerate(calls) if i in keep]
+    return [it for c in calls for it in c]
 
 
 def score_live(name: str, verifier: Any, items: Sequence[dict], store: ResultStore, batch: int) -> dict[str, Any]:
@@ -183,8 +202,10 @@ def run_bon(
     *,
     prompt_cfg: PromptConfig,
     extra: Mapping[str, object] | None = None,
+    calls_path: str | Path | None = None,
 ) -> dict:
-    """Run every selector of ``cfg`` (module docstring). ``models``: ``policy``, ``sft`` and ``verifier`` folders."""
+    """Run every selector of ``cfg`` (module docstring). ``models``: ``policy``, ``sft`` and ``verifier`` folders;
+    ``calls_path``: where the per-call table goes (``vegas/calls.py``)."""
     from ..generation import make_generator
 
     check_models(cfg, models)  # before anything loads or plays
@@ -216,6 +237,8 @@ def run_bon(
                 fp["verifier_max_new_tokens"] = cfg.verifier_max_new_tokens
                 if cfg.score != "sample":  # (non-defaults only: earlier runs' fingerprints still resume)
                     fp["score"] = cfg.score
+                if cfg.prior_weight:
+                    fp["prior_weight"] = cfg.prior_weight
             if cfg.trigger != "always" and sel != "greedy":
                 fp["trigger"] = cfg.trigger
             store = ResultStore(work_dir / sel / "episodes.jsonl", fingerprint(fp), resume=cfg.resume)
@@ -224,7 +247,8 @@ def run_bon(
             results[sel] = play(eps, policy, prompt_cfg, limits, store, cfg.episodes_per_task)
         by_id = {ep["episode_id"]: ep for ep in episodes}
         live_calls = [(by_id[r["episode_id"]], c) for r in results.get("greedy", []) for c in r.get("live", [])]
-        live_auroc = {}
+        live_auroc: dict[str, dict] = {}
+        live_scores: dict[str, dict[str, float]] = {}
         if live_calls:
             for sel in cfg.live_verifiers:
                 verifiers.setdefault(sel, _verifier(sel, cfg, models, gen))
@@ -233,9 +257,17 @@ def run_bon(
                 fp = fingerprint({"verifier": _verifier_id(sel, cfg, models), "items": len(items), "seed": cfg.seed})
                 store = ResultStore(work_dir / f"live_{sel}.jsonl", fp, resume=cfg.resume)
                 live_auroc[sel] = score_live(sel, ver, items, store, cfg.generation.batch_size)
+                live_scores[sel] = {it["episode_id"]: store.done(it)["p"] for it in items}
     finally:
         gen.close()
     metrics = summarize_bon(cfg, results, [c for _, c in live_calls], live_auroc, counts)
+    if live_calls:
+        # where Best-of-N acts: the per-call table (a versioned output) and the within-call metrics read from it
+        rows = table_rows(results["greedy"], live_scores)
+        if calls_path is not None:
+            write_table(calls_path, rows, list(live_scores))
+        weights = {v: cfg.prior_weight for v in live_scores} if cfg.prior_weight else {}
+        metrics["within_call"] = within_call(rows, list(live_scores), weights, seed=cfg.seed)
     metrics.update(extra or {})
     write_metrics(metrics_path, metrics, BON_HEADLINE)
     render_report(metrics, report_path)

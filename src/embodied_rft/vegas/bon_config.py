@@ -45,6 +45,10 @@ class BonConfig:
     # verifier's P(yes) itself, docs/vegas.md §5: what that mean estimates, without its sampling noise; one greedy
     # verification per first action, m and verifier_temperature unused)
     score: Literal["sample", "prob"] = "sample"
+    # the policy's prior in the score (not the paper's; 0 = off): a first action's score becomes the log-odds of its
+    # verifier score plus prior_weight times the log of the share of the N samples starting with it
+    # (vegas/calls.py combined_score); chosen on valid_seen's per-call table (tools/bon_calls.py)
+    prior_weight: float = 0.0
     # which planner calls select among candidates: always (the paper) | replan (an episode's first call is answered
     # greedily, EB's one-shot plan; Best-of-N selects on the replanning calls after it, docs/vegas.md §5)
     trigger: Literal["always", "replan"] = "always"
@@ -100,6 +104,11 @@ class BonConfig:
             0.0 < self.verifier_temperature <= 5.0,
             "verifier_temperature",
             f"must be in (0, 5] (verifications are sampled), got {self.verifier_temperature}",
+        )
+        check(
+            0.0 <= self.prior_weight <= 100.0,
+            "prior_weight",
+            f"must be in [0, 100] (0 = the verifier alone), got {self.prior_weight}",
         )
         check(self.verifier_max_new_tokens >= 4, "verifier_max_new_tokens", "must be >= 4")
         check(all(k >= 1 for k in self.coverage_k), "coverage_k", f"each k must be >= 1, got {list(self.coverage_k)}")

@@ -3,7 +3,7 @@
 Input: the record :func:`~.bon.summarize_bon` builds. Outputs: markdown headed **symbolic-simulator proxy, not
 EmbodiedBench numbers** — success per selector overall and on the long-horizon subset, each against greedy on the
 same episodes (exact McNemar), the cost per planner call, candidate coverage of the greedy run's states and the
-verifiers' AUROC on the policy's own live candidates — and an SVG of success by selector (``plots.grouped_bars``).
+verifiers' AUROC on the policy's own live candidates, pooled and within one planner call (where Best-of-N acts) — and an SVG of success by selector (``plots.grouped_bars``).
 """
 
 from __future__ import annotations
@@ -58,15 +58,16 @@ def render_markdown(m: Mapping[str, Any]) -> str:
         "episodes: points (episodes solved only by greedy vs only by the selector, exact McNemar p).",
         "",
         "| selector | episodes | success | vs greedy | long-horizon | vs greedy (long) | model calls / planner call | "
-        "verifications / call | wall s / call |",
-        "|---|---:|---:|---|---:|---|---:|---:|---:|",
+        "verifications / call | policy tokens / call | verification prompt tokens / call | wall s / call |",
+        "|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for sel, s in m["selectors"].items():
         lines.append(
             f"| {NAMES.get(sel, sel)} | {s['episodes']} | {_c(s['success'])} | "
             f"{_pair(m['paired_vs_greedy'].get(sel))} | {_c(s['long_horizon'])} | "
             f"{_pair(m['paired_vs_greedy_long_horizon'].get(sel))} | {s['model_calls_per_call']:.2f} | "
-            f"{s['verifications_per_call']:.2f} | {s['wall_s_per_call']:.3f} |"
+            f"{s['verifications_per_call']:.2f} | {s.get('policy_tokens_per_call', 0):.0f} | "
+            f"{s.get('verifier_prompt_tokens_per_call', 0):.0f} | {s['wall_s_per_call']:.3f} |"
         )
     cov = m.get("coverage") or {}
     if cov:
@@ -98,6 +99,8 @@ def render_markdown(m: Mapping[str, Any]) -> str:
                 f"| {NAMES.get(sel, sel)} | {a['items']} | {a['positives']} | {_c(a['auroc'], '{:.3f}')} | "
                 f"{_c(a['balanced_accuracy'], '{:.3f}')} | {_c(a['verdict_rate'], '{:.2f}')} |"
             )
+    if m.get("within_call"):
+        lines += ["", *render_within_call(m["within_call"])]
     lines += [
         "",
         "## Notes",
@@ -117,6 +120,46 @@ def render_markdown(m: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _ci(r: Mapping | None, scale: float = 1.0, fmt: str = "{:.3f}") -> str:
+    if not r or r.get("value") is None:
+        return "–"
+    lo, hi = r.get("ci95") or (None, None)
+    band = "" if lo is None else f" [{fmt.format(scale * lo)}, {fmt.format(scale * hi)}]"
+    return fmt.format(scale * r["value"]) + band
+
+
+def render_within_call(w: Mapping[str, Any]) -> list[str]:
+    """The "where Best-of-N acts" section (``vegas/calls.py`` ``within_call``): per part of the calls, each
+    verifier's within-call AUROC on mixed calls and each selector's top-1 oracle-correct rate and value over one
+    sample on the calls with a correct candidate, bootstrap 95% intervals over calls."""
+    lines = [
+        "## Where Best-of-N acts: within one planner call (the greedy run's states)",
+        "",
+        "Within-call AUROC: of the (correct, not correct) candidate pairs of one call, the share a verifier ranks "
+        "right, on calls with both. Top-1: on calls with a correct candidate, the share where the pick is "
+        "oracle-correct (`sample`: one draw's expected value); value = top-1 − one sample's, on the same calls "
+        "(points). Bootstrap 95% intervals over calls.",
+        "",
+        "| calls | mixed | with a correct one | verifier | within-call AUROC |",
+        "|---|---:|---:|---|---|",
+    ]
+    for part, e in w.items():
+        for v, a in e["auroc"].items():
+            lines.append(
+                f"| {part} ({e['calls']}) | {e['mixed_calls']} | {e['calls_with_correct']} | {NAMES.get(v, v)} | "
+                f"{_ci(a)} |"
+            )
+    lines += ["", "| calls | pick | top-1 oracle-correct (%) | value over one sample (points) |", "|---|---|---|---|"]
+    for part, e in w.items():
+        for name, t in e["top1"].items():
+            val = e["value_over_sample"].get(name)
+            lines.append(
+                f"| {part} | {name} | {_ci(t, 100, '{:.1f}')} ({t['n']} calls) | "
+                f"{_ci(val, 100, '{:+.1f}') if val else '–'} |"
+            )
+    return lines
+
+
 def render_report(m: Mapping[str, Any], path: str | Path) -> None:
     write_text_atomic(path, render_markdown(m))
 
@@ -130,4 +173,4 @@ def success_plot(m: Mapping[str, Any], path: str | Path) -> None:
     grouped_bars(rows, f"Success by selector ({m['label']})", path)
 
 
-__all__ = ["NAMES", "render_markdown", "render_report", "success_plot"]
+__all__ = ["NAMES", "render_markdown", "render_report", "render_within_call", "success_plot"]

@@ -12,19 +12,30 @@ SmolLM2-135M-Instruct), and verification prompts (``vegas/text.py`` :func:`verif
   still gets a score. The reads of one call are batched (:meth:`Verifier.verdict_logprobs_batch`: left-padded, equal
   to one forward per prompt up to float rounding).
 
+A verifier trained with ``verifier.objective: pairwise`` (``vegas/pairs.py``) is a reward model, not a language
+model: a checkpoint whose ``config.json`` names a ``...ForSequenceClassification`` architecture.
+:meth:`Verifier.load` returns a :class:`RewardVerifier` for it, with the same two methods: :meth:`RewardVerifier.p_yes`
+gives (sigmoid(reward), ``yes`` iff reward > 0, ``""``: it writes no text) and :meth:`RewardVerifier.verdicts` ``m``
+copies of that verdict (a reward model has nothing to sample: the temperature and seed change nothing).
+
 Also :func:`auroc` (Mann-Whitney, ties count half) and :func:`balanced_accuracy`, the verifier's metrics.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ..generation.config import GenerationConfig
 from .text import VERDICT_KEY, parse_verdict
 
 _MARK = f"{VERDICT_KEY}:"
+# how a reward verifier's prompts are rendered, in training (``vegas/pairs.py``: TRL's per-example
+# ``chat_template_kwargs``) and in scoring (:class:`RewardVerifier`): the reward is read after the assistant header
+REWARD_TEMPLATE_KWARGS = {"add_generation_prompt": True}
 
 
 def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
@@ -84,8 +95,12 @@ class Verifier:
 
     @classmethod
     def load(cls, source: Any, **kw: Any) -> Verifier:
-        """A verifier from a checkpoint folder or a :class:`~embodied_rft.models.ModelConfig` (SmolLM2's GGUF)."""
+        """A verifier from a checkpoint folder or a :class:`~embodied_rft.models.ModelConfig` (SmolLM2's GGUF); a
+        :class:`RewardVerifier` for a reward-model folder (:func:`is_reward_checkpoint`)."""
         from ..models import load_model
+
+        if is_reward_checkpoint(source):
+            return RewardVerifier.load(source, **kw)
 
         model, tok = load_model(source, for_training=False)
         return cls(model, tok, **kw)
@@ -167,4 +182,120 @@ class Verifier:
         return out
 
 
-__all__ = ["Verifier", "auroc", "balanced_accuracy"]
+def _sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def is_reward_checkpoint(source: Any) -> bool:
+    """Whether ``source`` is a checkpoint folder holding a sequence-classification model (a reward verifier)."""
+    if not isinstance(source, (str, Path)):
+        return False
+    cfg = Path(source) / "config.json"
+    if not cfg.is_file():
+        return False
+    try:
+        archs = json.loads(cfg.read_text("utf-8")).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return False  # the causal-LM loader names the damaged file
+    return any(str(a).endswith("ForSequenceClassification") for a in archs)
+
+
+class RewardVerifier(Verifier):
+    """A reward model used as verifier (``verifier.objective: pairwise``): one forward per prompt, the reward read at
+    the prompt's last token. Prompts are tokenised as ``trl.RewardTrainer`` tokenised the pairs it was trained on
+    (the chat template with ``add_generation_prompt``, ``vegas/pairs.py``), padded on the right as TRL's collator
+    pads them, ``batch_size`` per forward (sorted by length); the model reads each row's last non-pad token, so a
+    batch equals one forward per prompt up to float rounding (tested). ``backend`` and ``max_new_tokens`` are
+    accepted for :meth:`Verifier.load`'s callers and not used; ``calls`` counts forwards (one per prompt)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        backend: str = "fast",
+        max_new_tokens: int = 128,
+        batch_size: int = 32,
+        device: str = "auto",
+    ) -> None:
+        import torch
+
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cpu" and next(model.parameters()).dtype in (torch.float16, torch.bfloat16):
+            model = model.float()
+        self.gen = None
+        self.tok = tokenizer
+        self.model = model.to(device).eval()
+        self.batch_size = batch_size
+        self.calls = 0
+        pad = tokenizer.pad_token_id
+        if pad is None:
+            pad = self.model.config.pad_token_id
+        if pad is None:
+            raise ValueError("a reward verifier needs a pad token (its model reads the reward at the last non-pad one)")
+        self.pad_id = pad
+        self.model.config.pad_token_id = pad
+
+    @classmethod
+    def load(cls, source: Any, **kw: Any) -> RewardVerifier:
+        """A reward verifier from a checkpoint folder (checked whole first, as every checkpoint the project loads)."""
+        from transformers import AutoModelForSequenceClassification
+
+        from ..models import check_checkpoint
+        from ..models.factory import load_tokenizer
+
+        path = Path(source)
+        check_checkpoint(path)
+        model = AutoModelForSequenceClassification.from_pretrained(path, dtype="auto")
+        return cls(model, load_tokenizer(path), **kw)
+
+    def prompt_ids(self, prompt: list[dict]) -> list[int]:
+        """The token ids the reward is read from: ``prompt`` rendered as the RewardTrainer rendered its pairs."""
+        kw = REWARD_TEMPLATE_KWARGS
+        return list(self.tok.apply_chat_template(prompt, tokenize=True, return_dict=True, **kw)["input_ids"])
+
+    def rewards(self, prompts: Sequence[list[dict]]) -> list[float]:
+        """The reward of each prompt (see the class docstring)."""
+        import torch
+
+        rows = [self.prompt_ids(p) for p in prompts]
+        out = [0.0] * len(rows)
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+        dev = self.model.device
+        for s in range(0, len(order), self.batch_size):
+            idx = order[s : s + self.batch_size]
+            width = max(len(rows[i]) for i in idx)
+            ids = torch.full((len(idx), width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((len(idx), width), dtype=torch.long)
+            for r, i in enumerate(idx):
+                ids[r, : len(rows[i])] = torch.tensor(rows[i], dtype=torch.long)
+                mask[r, : len(rows[i])] = 1
+            with torch.inference_mode():
+                logits = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits[:, 0].float()
+            for r, i in enumerate(idx):
+                out[i] = float(logits[r])
+        self.calls += len(rows)
+        return out
+
+    def p_yes(self, prompts: Sequence[list[dict]]) -> list[tuple[float, str | None, str]]:
+        """(sigmoid(reward), ``yes`` if reward > 0 else ``no``, ``""``) per prompt."""
+        if not prompts:
+            return []
+        return [(_sigmoid(r), "yes" if r > 0 else "no", "") for r in self.rewards(prompts)]
+
+    def verdicts(
+        self, prompts: Sequence[list[dict]], m: int, temperature: float, seed: int = 0
+    ) -> list[list[str | None]]:
+        """``m`` copies of each prompt's verdict (:meth:`p_yes`): a reward model samples nothing, so ``temperature``
+        and ``seed`` change nothing and the mean of the ``m`` draws is 0 or 1."""
+        return [[v] * m for _, v, _ in self.p_yes(prompts)]
+
+    def verdict_logprobs_batch(self, prefixes: Sequence[str]) -> list[tuple[float, float]]:
+        raise TypeError("a reward verifier has no verdict token to read: use p_yes")
+
+
+__all__ = ["REWARD_TEMPLATE_KWARGS", "RewardVerifier", "Verifier", "auroc", "balanced_accuracy", "is_reward_checkpoint"]

@@ -13,7 +13,9 @@ Per planner call the policy samples candidates through its generation backend (`
   ``m`` times by a verifier (sampled at ``verifier_temperature``; ``yes`` = 1, ``no`` or no verdict = 0); its score
   is the mean. With ``score: prob`` it is instead the verifier's P(yes) (``Verifier.p_yes``, one greedy
   verification): the value the mean of m draws estimates. Candidates with the same first action share those
-  verifications (the prompt shows the reasoning of the most likely of them);
+  verifications (the prompt shows the reasoning of the most likely of them). With ``prior_weight`` > 0 the score
+  is the verifier score's log-odds plus that weight times the log of the share of the N candidates that start with
+  the action (:func:`with_prior`: the policy's own prior, which the argmax of P(yes) alone throws away);
 - ``bon_oracle``: the world oracle's label of the first action (correct 1, neutral 0.5, wrong 0): the ceiling
   of what any verifier can pick from this candidate set.
 
@@ -24,7 +26,8 @@ failure, EB's rule). ``unit: first`` executes the chosen candidate's whole plan,
 executes only its first action, so the policy replans after every step. ``trigger: replan`` (not the paper's)
 answers an episode's first planner call greedily and selects only on the replanning calls that follow.
 
-Per episode the policy counts its planner calls, policy samples, verifications and seconds (:meth:`pop_stats`,
+Per episode the policy counts its planner calls, policy samples, verifications, the policy's generated tokens, the
+verification prompts' tokens and seconds (:meth:`pop_stats`,
 stored with the episode's result; the live candidates' sampling is timed apart). With ``live=True`` (the greedy run) it also samples N candidates at each call
 without executing them and records each distinct first action with its oracle label and the verification
 prompt's inputs: candidate coverage and the verifiers' AUROC on the policy's own states (``vegas/bon.py``).
@@ -46,6 +49,7 @@ from ..evaluate.episode import read_plan
 from ..world.oracle import Judgement, WorldOracle
 from .bon_config import VERIFIED_SELECTORS as VERIFIED
 from .bon_config import BonConfig
+from .calls import combined_score
 from .text import facts_for, verification_messages
 
 ORACLE_SCORE = {"correct": 1.0, "neutral": 0.5, "wrong": 0.0}
@@ -91,6 +95,14 @@ def best_per_first(cands: Sequence[Candidate]) -> dict[int, Candidate]:
     return best
 
 
+def with_prior(scores: Mapping[int, float], cands: Sequence[Candidate], weight: float) -> dict[int, float]:
+    """Each first action's verifier score combined with the policy's prior: the share of the N candidates that
+    start with it (``bon.prior_weight``; ``vegas/calls.py`` ``combined_score``, which the per-call table's
+    weight search uses too)."""
+    counts = Counter(c.first for c in cands if c.first is not None)
+    return {a: combined_score(p, counts[a], len(cands), weight) for a, p in scores.items()}
+
+
 def choose(selector: str, cands: Sequence[Candidate], scores: Mapping[int, float] | None = None) -> int:
     """The index (into ``cands``) of the candidate ``selector`` executes (module docstring)."""
     if not cands:
@@ -127,6 +139,7 @@ class BonPolicy:
         self.last_completion_tokens: list[int] | None = None
         self._oracles: dict[str, WorldOracle] = {}
         self._stats: dict[str, dict] = {}
+        self._prompt_tokens: list[int] = []
 
     def _oracle(self, ep: dict) -> WorldOracle:
         o = self._oracles.get(ep["episode_id"])
@@ -178,6 +191,7 @@ class BonPolicy:
         need_state = sel in VERIFIED or sel == "bon_oracle" or self.live
         states = [self._state(ctx) for ctx in contexts] if need_state else [None] * len(contexts)
         verifications = [0] * len(contexts)
+        self._prompt_tokens = [0] * len(contexts)
         scores: list[dict[int, float] | None] = [None] * len(contexts)
         if sel == "bon_oracle":
             scores = [self._oracle_scores(ctx, st, cs) for ctx, st, cs in zip(contexts, states, cand_sets)]
@@ -196,7 +210,9 @@ class BonPolicy:
         responses, tokens = [], []
         dt = t_main / len(contexts)
         dt_live = (time.perf_counter() - t0 - t_main) / len(contexts)
-        for ctx, cands, sc, k, rec in zip(contexts, cand_sets, scores, verifications, live, strict=True):
+        for ctx, cands, sc, k, vt, rec in zip(
+            contexts, cand_sets, scores, verifications, self._prompt_tokens, live, strict=True
+        ):
             chosen = cands[choose(sel, cands, sc)]
             responses.append(self._response(chosen, ctx))
             tokens.append(chosen.tokens)
@@ -206,6 +222,8 @@ class BonPolicy:
             st["bon_calls"] += 1
             st["policy_samples"] += n
             st["verifications"] += k
+            st["policy_tokens"] = st.get("policy_tokens", 0) + sum(c.tokens for c in cands)
+            st["verifier_prompt_tokens"] = st.get("verifier_prompt_tokens", 0) + vt
             st["seconds"] = round(st["seconds"] + dt, 4)
             if rec is not None:
                 st.setdefault("live", []).append(rec)
@@ -235,15 +253,22 @@ class BonPolicy:
                 owners.append((i, a))
         scores: list[dict[int, float]] = [{} for _ in contexts]
         counts = [0] * len(contexts)
+        tok = getattr(self.verifier, "tok", None)
+        if tok is not None:  # the cost column: verification prompt tokens per planner call
+            for (i, _), msgs in zip(owners, prompts, strict=True):
+                text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+                self._prompt_tokens[i] += len(tok(text, add_special_tokens=False)["input_ids"])
         if self.cfg.score == "prob":
             for (i, a), (p, _, _) in zip(owners, self.verifier.p_yes(prompts), strict=True):
                 scores[i][a] = p
                 counts[i] += 1
-            return scores, counts
-        verdicts = self.verifier.verdicts(prompts, self.cfg.m, self.cfg.verifier_temperature, seed=seed)
-        for (i, a), vs in zip(owners, verdicts, strict=True):
-            scores[i][a] = sum(v == "yes" for v in vs) / len(vs)
-            counts[i] += len(vs)
+        else:
+            verdicts = self.verifier.verdicts(prompts, self.cfg.m, self.cfg.verifier_temperature, seed=seed)
+            for (i, a), vs in zip(owners, verdicts, strict=True):
+                scores[i][a] = sum(v == "yes" for v in vs) / len(vs)
+                counts[i] += len(vs)
+        if self.cfg.prior_weight:
+            scores = [with_prior(s, cands, self.cfg.prior_weight) for s, cands in zip(scores, cand_sets, strict=True)]
         return scores, counts
 
     def _live_record(self, ctx: Any, state: tuple, greedy: Candidate, cands: list[Candidate]) -> dict:
@@ -293,4 +318,13 @@ class BonPolicy:
             close()
 
 
-__all__ = ["ORACLE_SCORE", "VERIFIED", "BonPolicy", "Candidate", "best_per_first", "candidates_of", "choose"]
+__all__ = [
+    "ORACLE_SCORE",
+    "VERIFIED",
+    "BonPolicy",
+    "Candidate",
+    "best_per_first",
+    "candidates_of",
+    "choose",
+    "with_prior",
+]

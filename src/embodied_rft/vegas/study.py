@@ -9,7 +9,10 @@ study reads from a ``bon`` run, and the table sections, check and task only VeGA
 - ``SECTIONS["bon_coverage"]``: per seed, the candidate coverage of the greedy run's own states (greedy's
   oracle-correct first-action rate, coverage@k, headroom@4); ``SECTIONS["bon_live_auroc"]``: per seed, each
   verifier's AUROC on the policy's own live candidates. Both merge over disjoint seeds and render as Markdown.
-- ``CHECKS["coverage_headroom"]``: coverage@k at least ``points`` above greedy's correct rate on every seed.
+- ``SECTIONS["bon_within_call"]``: where Best-of-N acts — per seed the run's within-call metrics, pooled over
+  seeds recomputed from the seeds' per-call tables (``vegas/calls.py``).
+- ``CHECKS["coverage_headroom"]``: coverage@k at least ``points`` above greedy's correct rate on every seed;
+  ``CHECKS["within_call_auroc"]``: a verifier's pooled within-call AUROC against a floor (or a ceiling).
 - ``TASKS["bon_prerequisites"]``: when the study is generated (``make study``, before ``dvc repro`` runs anything),
   the one model no stage of a study makes — the zero-shot SmolLM2 verifier, when a ``bon`` run plays or scores
   ``bon_zs_smollm2`` (``vegas/bon.py`` :func:`check_models`) — is looked for; a missing one refuses the study with
@@ -51,6 +54,15 @@ def read_bon(path: Path, read: str) -> dict[str, Any]:
         counts[col] = [round((o.get(col) or 0.0) * d), d]
     calls = s["planner_calls"]
     counts["model_calls_per_call"] = [round(s["model_calls_per_call"] * calls), calls]
+    # the cost beside each selector, pooled as sums over the seeds' planner calls
+    for col in (
+        "verifications_per_call",
+        "policy_tokens_per_call",
+        "verifier_prompt_tokens_per_call",
+        "wall_s_per_call",
+    ):
+        if col in s:
+            counts[col] = [round(s[col] * calls, 2), calls]
     success = rec["episode_success"][read]
     out = {
         "success": float(s["success"]),
@@ -148,7 +160,97 @@ def _render_auroc(d: dict[str, Any]) -> str:
 section("bon_live_auroc", _merge, _render_auroc)(bon_live_auroc)
 
 
+def _calls_file(ctx: Any, arm: str, mode: str, seed: int) -> Path:
+    """The per-call table of the ``bon`` run that plays ``arm``'s ``mode`` for one seed (next to its metrics)."""
+    return ctx.outcome_file(arm, mode, seed).parent.parent / "reports" / "bon_calls.csv"
+
+
+def bon_within_call(ctx: Any, arm: str, mode: str = "greedy", reps: int = 1000) -> dict[str, Any]:
+    """Where Best-of-N acts (``vegas/calls.py``): per seed, the ``bon`` run's ``within_call`` record; pooled over
+    the seeds, the same metrics recomputed from the seeds' per-call tables (``reports/bon_calls.csv``, calls kept
+    apart per seed), bootstrap intervals over the pooled calls, when every seed's table is there."""
+    from embodied_rft.vegas.calls import read_table, within_call
+
+    per = _per_seed(ctx, arm, mode, "within_call")
+    out: dict[str, Any] = {"arm": arm, "per_seed": per, "pooled": None}
+    files = {s: _calls_file(ctx, arm, mode, s) for s in ctx.seeds if str(s) in per}
+    if not files or not all(f.is_file() for f in files.values()):
+        return out
+    rows, verifiers, weight = [], None, 0.0
+    for s, f in files.items():
+        got = read_table(f)
+        cols = {k[2:] for r in got[:1] for k in r if k.startswith("p_")}
+        verifiers = cols if verifiers is None else verifiers & cols
+        cfg = json.loads(ctx.outcome_file(arm, mode, s).read_text("utf-8")).get("config") or {}
+        weight = float(cfg.get("prior_weight") or 0.0)
+        rows += [{**r, "episode_id": f"s{s}/{r['episode_id']}"} for r in got]
+    vs = sorted(verifiers or ())
+    out["pooled"] = within_call(rows, vs, {v: weight for v in vs} if weight else {}, reps=reps, seed=0)
+    out["pooled_seeds"] = sorted(files, key=int)
+    return out
+
+
+def _merge_within(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    # the pooled intervals need every seed's per-call table: a merged table keeps the per-seed records only
+    return {**_merge(parts), "pooled": None}
+
+
+def _render_within(d: dict[str, Any]) -> str:
+    from embodied_rft.vegas.report import render_within_call
+
+    if d.get("pooled"):
+        seeds = ", ".join(str(s) for s in d.get("pooled_seeds", []))
+        head = f"Pooled over seeds {seeds} (`{d['arm']}`; each seed's calls kept apart), symbolic-simulator proxy:"
+        lines = [head, "", *render_within_call(d["pooled"])[1:]]
+    else:
+        lines = [f"Within-call metrics per seed (`{d['arm']}`): the pooled figures need every seed's per-call table."]
+    lines += ["", "Per seed, replanning calls (where `bon.trigger: replan` selects):", ""]
+    lines += ["| seed | verifier | within-call AUROC | top-1 (%) | value over one sample (points) |"]
+    lines += ["|---|---|---:|---:|---:|"]
+    for s, w in d["per_seed"].items():
+        e = w.get("replan") or {}
+        for v, a in (e.get("auroc") or {}).items():
+            t = (e.get("top1") or {}).get(v) or {}
+            val = (e.get("value_over_sample") or {}).get(v) or {}
+            av, tv, vv = a.get("value"), t.get("value"), val.get("value")
+            lines.append(
+                f"| {s} | {v} | {'–' if av is None else f'{av:.3f}'} | {'–' if tv is None else f'{100 * tv:.1f}'} | "
+                f"{'–' if vv is None else f'{100 * vv:+.1f}'} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+section("bon_within_call", _merge_within, _render_within)(bon_within_call)
+
+
 # --- checks ---
+
+
+@CHECKS.register("within_call_auroc")
+def within_call_auroc(
+    table: dict[str, Any],
+    verifier: str,
+    section: str = "bon_within_call",
+    part: str = "replan",
+    at_least: float | None = None,
+    lower_at_least: float | None = None,
+    at_most: float | None = None,
+) -> tuple[bool | None, dict[str, Any]]:
+    """The pooled within-call AUROC of ``verifier`` on ``part``'s mixed calls is at least ``at_least`` (and its
+    bootstrap lower bound at least ``lower_at_least``) or at most ``at_most``; None without pooled figures."""
+    pooled = (table["sections"].get(section) or {}).get("pooled")
+    a = (((pooled or {}).get(part) or {}).get("auroc") or {}).get(verifier)
+    if not a or a.get("value") is None:
+        return None, {}
+    lo, hi = a.get("ci95") or (None, None)
+    holds = True
+    if at_least is not None:
+        holds &= a["value"] >= at_least
+    if lower_at_least is not None:
+        holds &= lo is not None and lo >= lower_at_least
+    if at_most is not None:
+        holds &= a["value"] <= at_most
+    return holds, {"auroc": round(a["value"], 4), "ci95": [lo, hi], "mixed_calls": pooled[part]["mixed_calls"]}
 
 
 @CHECKS.register("coverage_headroom")

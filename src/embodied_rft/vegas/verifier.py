@@ -13,6 +13,12 @@ assistant turn only (the chain of thought and the verdict; with ``verifier.targe
 resumable from its checkpoints. Held-out metrics on the validation records (episodes never trained on): balanced
 accuracy of the greedy verdict (none written counts as ``no``), AUROC of P(yes) from the verdict token's
 probabilities (``vegas/score.py``), and the share of verifications that end with a verdict line.
+
+With ``verifier.objective: pairwise`` the same training records are turned into (correct, wrong) candidate pairs of
+one prompt context (``work_dir/pairs.jsonl``) and a reward model is trained on them with TRL's ``RewardTrainer``
+instead (``vegas/pairs.py``; ``verifier.target`` is not read); the held-out metrics are the same, with P(yes) =
+sigmoid(reward) and the verdict ``yes`` iff the reward is positive (``score.RewardVerifier``), and
+``metrics_path`` adds the pair counts.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ from ..core.atomic import atomic_open
 from ..core.metrics import write_metrics
 from ..data.jsonl import DataError, iter_jsonl
 from ..train.sft.trainer import run_sft
-from .score import Verifier, auroc, balanced_accuracy
+from .pairs import train_pairwise, write_pairs
+from .score import RewardVerifier, Verifier, auroc, balanced_accuracy
 from .text import parse_verdict, with_verdict
 from .verifier_config import VerifierConfig
 
@@ -38,7 +45,10 @@ log = logging.getLogger(__name__)
 
 VERIFIER_HEADLINE = {
     "init": True,
+    # verifier.objective=pairwise only (absent from the SFT objective's metrics)
+    "objective": True,
     "records": True,
+    "pairs": {"groups": True, "groups_with_both_labels": True, "pairs": True},
     "steps": True,
     "final_loss": True,
     "heldout": {"balanced_accuracy": True, "auroc": True, "verdict_rate": True},
@@ -180,6 +190,10 @@ def run_verifier(
                 fh.write(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n")
         train, n_train = mixed, n_train + len(extra)
         log.info("verifier: %d on-policy records added (%s)", len(extra), policy_counts)
+    if cfg.objective == "pairwise":
+        return _run_pairwise(
+            cfg, init_dir, train, n_train, val, policy_counts, out_dir, metrics_path, plots_path, work_dir
+        )
     if cfg.target == "verdict":
         cut = work_dir / "train_verdict.jsonl"
         verdict_only(train, cut)
@@ -218,6 +232,52 @@ def run_verifier(
         "verifier (%s init): %s steps, held-out balanced accuracy %s, AUROC %s",
         cfg.init,
         metrics["steps"],
+        held.get("balanced_accuracy"),
+        held.get("auroc"),
+    )
+    return metrics
+
+
+def _run_pairwise(
+    cfg: VerifierConfig,
+    init_dir: str | Path,
+    train: Path,
+    n_train: int,
+    val: Sequence[dict],
+    policy_counts: dict[str, Any],
+    out_dir: str | Path,
+    metrics_path: str | Path,
+    plots_path: str | Path,
+    work_dir: Path,
+) -> dict[str, Any]:
+    """``verifier.objective: pairwise``: the pairs of ``train`` (``work_dir/pairs.jsonl``), a reward model trained on
+    them (``vegas/pairs.py``), scored on ``val`` as the generative verifier is (P(yes) = sigmoid(reward))."""
+    pairs_path = work_dir / "pairs.jsonl"
+    counts = write_pairs(train, pairs_path, cfg.pairwise.max_pairs_per_context, cfg.pairwise.seed)
+    log.info("verifier (pairwise): %s", counts)
+    tr = train_pairwise(cfg, init_dir, pairs_path, out_dir, plots_path, work_dir / "checkpoints_pairwise")
+    held = heldout_scores(RewardVerifier.load(out_dir, batch_size=cfg.eval_batch_size), val)
+    metrics = {
+        "init": cfg.init,
+        "init_dir": str(init_dir),
+        "objective": cfg.objective,
+        "records": {"train": n_train, "val": len(val)},
+        "policy_data": policy_counts,
+        "pairs": {**counts, "trained": tr["pairs_trained"]},
+        "steps": tr.get("steps"),
+        "first_loss": tr.get("first_loss"),
+        "final_loss": tr.get("final_loss"),
+        "tokens_per_s": tr.get("tokens_per_s"),
+        "heldout": held,
+        "pairwise": tr,
+        "config": as_dict(cfg),
+    }
+    write_metrics(metrics_path, metrics, VERIFIER_HEADLINE)
+    log.info(
+        "verifier (%s init, pairwise): %s steps on %d pairs, held-out balanced accuracy %s, AUROC %s",
+        cfg.init,
+        metrics["steps"],
+        tr["pairs_trained"],
         held.get("balanced_accuracy"),
         held.get("auroc"),
     )

@@ -1,5 +1,6 @@
 """The ``verifier:`` config section (``conf/vegas/paper.yaml``) as frozen, self-checking dataclasses: verifier
-training (VeGAS §3.2, docs/vegas.md §4) and its optional on-policy records (``verifier.policy_data``).
+training (VeGAS §3.2, docs/vegas.md §4), its optional on-policy records (``verifier.policy_data``) and its optional
+within-context pairwise objective (``verifier.objective: pairwise``, ``verifier.pairwise``).
 
 Input: the composed ``verifier`` mapping, via ``config.build(VerifierConfig, cfg["verifier"], "verifier")``. Output:
 the object ``vegas.verifier.run_verifier`` takes. Defaults are the paper's (the verifier initialised like the
@@ -52,6 +53,29 @@ class PolicyDataConfig:
 
 
 @dataclass(frozen=True)
+class PairwiseConfig:
+    """``verifier.objective: pairwise`` (``vegas/pairs.py``): a reward model trained with TRL's ``RewardTrainer`` on
+    (oracle-correct, not correct) candidate pairs of one prompt context, so the loss compares candidates that share
+    their context instead of fitting context-level priors. Not in the paper (its verifier is generative)."""
+
+    # pairs drawn per prompt context (one planner call, or one synthesised step), a seeded draw from every
+    # (correct, not correct) combination of the context; 0 = all of them
+    max_pairs_per_context: int = 8
+    # TRL RewardConfig.center_rewards_coefficient: a penalty on the rewards' squared mean, so the pairwise loss (blind
+    # to a shared offset) keeps them centred on 0 and reward > 0 (P(yes) > 0.5) stays a usable verdict; 0 = off
+    center_rewards: float = 0.01
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check(
+            self.max_pairs_per_context >= 0,
+            "max_pairs_per_context",
+            f"must be >= 0 (0 = all), got {self.max_pairs_per_context}",
+        )
+        check(self.center_rewards >= 0, "center_rewards", f"must be >= 0 (0 = off), got {self.center_rewards}")
+
+
+@dataclass(frozen=True)
 class VerifierConfig:
     # where the verifier starts: random (the policy's base checkpoint, models/base: for the tiny policy random weights
     # with its tokenizer; the paper's "same base model as the policy") | sft (the SFT policy's weights) | pretrained
@@ -63,6 +87,12 @@ class VerifierConfig:
     # what the verifier learns to write: cot = the chain of thought and the verdict line (the paper) | verdict = the
     # verdict line alone (every record's assistant turn cut to it), so the loss is not spread over templated sentences
     target: Literal["cot", "verdict"] = "cot"
+    # how it is trained: sft = the generative verifier above (the paper: SFT on the verification, scored by P(yes)
+    # of its verdict token) | pairwise = a reward model (the init checkpoint with a scalar head) trained with TRL's
+    # RewardTrainer on correct-vs-wrong candidate pairs of one prompt context (`pairwise` below; `target` and the
+    # SFT-only settings lora, group_by_length and val are not read), scored by sigmoid(reward)
+    objective: Literal["sft", "pairwise"] = "sft"
+    pairwise: PairwiseConfig = field(default_factory=PairwiseConfig)
     # the verifier's supervised fine-tuning (the project's SFT: TRL SFTTrainer, loss on the verification only)
     sft: SFTConfig = field(default_factory=SFTConfig)
     # on-policy verification records added to the synthesised ones (episodes: 0 = none, the paper's data)
@@ -82,6 +112,11 @@ class VerifierConfig:
         check(self.eval_max_records >= 0, "eval_max_records", f"must be >= 0 (0 = all), got {self.eval_max_records}")
         check(self.eval_batch_size >= 1, "eval_batch_size", f"must be >= 1, got {self.eval_batch_size}")
         check(self.max_new_tokens >= 4, "max_new_tokens", f"must be >= 4, got {self.max_new_tokens}")
+        check(
+            self.objective != "pairwise" or not self.sft.lora.enabled,
+            "sft.lora.enabled",
+            "verifier.objective=pairwise trains every weight of the reward model; LoRA is the SFT objective's only",
+        )
 
 
-__all__ = ["PolicyDataConfig", "VerifierConfig"]
+__all__ = ["PairwiseConfig", "PolicyDataConfig", "VerifierConfig"]

@@ -88,15 +88,16 @@ def _deepspeed_config(path: str | None) -> dict | None:
     return json.loads(p.read_text())
 
 
-def _training_args(cfg: SFTConfig, work_dir: Path, run_name: str) -> Any:
-    from trl import SFTConfig as TRLSFTConfig
-
+def trainer_args(cfg: SFTConfig, work_dir: Path, run_name: str) -> dict[str, Any]:
+    """The TRL trainer arguments every trainer of this project takes from an ``sft:`` section (this SFT and the
+    verifier's pairwise reward model, ``vegas/pairs.py``): schedule, seeds, precision, checkpoints, logging, device.
+    Sets the W&B environment when W&B reports."""
     report = [r for r in cfg.report_to if r != "none"] or ["none"]
     if "wandb" in report:
         # an explicit WANDB_MODE in the environment wins; the config's default keeps runs offline
         os.environ.setdefault("WANDB_MODE", cfg.wandb_mode)
         os.environ.setdefault("WANDB_PROJECT", cfg.wandb_project)
-    return TRLSFTConfig(
+    return dict(
         output_dir=str(work_dir),
         run_name=run_name,
         learning_rate=cfg.lr,
@@ -110,13 +111,9 @@ def _training_args(cfg: SFTConfig, work_dir: Path, run_name: str) -> Any:
         weight_decay=cfg.weight_decay,
         max_grad_norm=cfg.max_grad_norm,
         max_length=cfg.max_len,
-        truncation_mode="keep_start",
-        assistant_only_loss=True,
-        packing=False,
-        padding_free=False,
         seed=cfg.seed,
         data_seed=cfg.seed,
-        bf16=cfg.bf16,
+        bf16=cfg.bf16,  # TRL's default would be True
         fp16=False,
         # transformers 5 name; TRL still defaults the deprecated `gradient_checkpointing` alias to True
         activation_checkpointing=cfg.gradient_checkpointing,
@@ -130,9 +127,21 @@ def _training_args(cfg: SFTConfig, work_dir: Path, run_name: str) -> Any:
         project=cfg.wandb_project,
         include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=cfg.dataloader_workers,
-        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
         use_cpu=_use_cpu(cfg),
         disable_tqdm=False,
+    )
+
+
+def _training_args(cfg: SFTConfig, work_dir: Path, run_name: str) -> Any:
+    from trl import SFTConfig as TRLSFTConfig
+
+    return TRLSFTConfig(
+        **trainer_args(cfg, work_dir, run_name),
+        truncation_mode="keep_start",
+        assistant_only_loss=True,
+        packing=False,
+        padding_free=False,
+        train_sampling_strategy="group_by_length" if cfg.group_by_length else "random",
     )
 
 
