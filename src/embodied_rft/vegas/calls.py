@@ -9,7 +9,7 @@ first action with its count among the N samples and its oracle label, and greedy
 and each verifier's P(yes) per live item (``work_dir/bon/live_<verifier>.jsonl``). Outputs:
 
 - :func:`table_rows` / :func:`write_table`: the per-call table, one row per (call, distinct first action) —
-  ``episode_id, call, action, count, samples, label, greedy`` and one ``p_<verifier>`` column per scored verifier
+  ``episode_id, call, action, count, samples, label, greedy, greedy_label`` and one ``p_<verifier>`` column per scored verifier
   (empty where a capped verifier did not score the item; a call whose samples were all unreadable has no row) — written as CSV by the ``bon`` stage
   (``reports/bon_calls.csv``), so every figure below is recomputed from a versioned file (:func:`read_table`);
 - :func:`within_call`: per part of the calls (``all``, ``first`` = an episode's first planner call, ``replan`` =
@@ -38,7 +38,7 @@ from typing import Any
 
 from ..core.atomic import atomic_open
 
-BASE_COLUMNS = ("episode_id", "call", "action", "count", "samples", "label", "greedy")
+BASE_COLUMNS = ("episode_id", "call", "action", "count", "samples", "label", "greedy", "greedy_label")
 PARTS = ("all", "first", "replan")
 # clip of P(yes) before its log-odds: a verifier certain either way still lets the policy's prior break the tie
 P_CLIP = 1e-4
@@ -86,7 +86,7 @@ def table_rows(greedy_results: Iterable[Mapping], scores: Mapping[str, Mapping[s
 
 def write_table(path: str | Path, rows: Sequence[Mapping], verifiers: Sequence[str]) -> None:
     """Write the table as CSV (atomically); probabilities to 5 decimals."""
-    cols = [*BASE_COLUMNS, "greedy_label", *(f"p_{v}" for v in verifiers)]
+    cols = [*BASE_COLUMNS, *(f"p_{v}" for v in verifiers)]
     with atomic_open(path, "w") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(cols)
@@ -111,7 +111,7 @@ def read_table(path: str | Path) -> list[dict]:
     rows = []
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
-        missing = [c for c in (*BASE_COLUMNS, "greedy_label") if c not in (reader.fieldnames or [])]
+        missing = [c for c in BASE_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
             raise CallTableError(f"{path}:1: missing column(s) {missing}")
         for line, raw in enumerate(reader, start=2):
