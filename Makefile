@@ -74,10 +74,11 @@ results: $(STAMP) ## write the README's results (the table and every run figure 
 	$(PY) -m embodied_rft.tools.results
 
 # `dvc metrics show` puts each metrics file on one row under the union of every file's keys (~2,500 columns);
-# `dvc metrics diff --all` lists one metric a row (~140 columns)
+# `dvc metrics diff --all` lists one metric a row (~140 columns). Both read every dvc.yaml, a study's too: the
+# targets keep the default run's (tools/metrics_files.py)
 METRICS_REV ?= HEAD
-metrics: $(STAMP) ## every tracked metric, one a row: the workspace beside METRICS_REV (default HEAD) and the change
-	$(DVC) metrics diff --all $(METRICS_REV)
+metrics: $(STAMP) ## every metric of the default run, one a row: the workspace beside METRICS_REV (default HEAD) and the change
+	$(DVC) metrics diff --all $(METRICS_REV) --targets $$($(PY) -m embodied_rft.tools.metrics_files)
 
 # `dvc exp show` has ~560 columns (every param, metric and dependency): in a terminal each cell is cut to "…". This keeps
 # the headline metrics and, of the params, those that differ between the experiments shown (--only-changed)

@@ -9,9 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from embodied_rft.core.metrics import details_path, pick, write_metrics
+from embodied_rft.tools.metrics_files import pipeline_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,14 +60,18 @@ def test_every_committed_metrics_file_is_a_headline_of_its_details():
 
 
 def test_dvc_metrics_show_is_a_short_table():
+    # the default run's files, as `make metrics` names them (a study's dvc.yaml adds its seeds' files to a bare
+    # `dvc metrics show`, and the union of their keys to every row)
+    files = pipeline_metrics("dvc.yaml", REPO)
+    assert [REPO / f for f in files] == _metric_files()
     r = subprocess.run(
-        [sys.executable, "-m", "dvc", "metrics", "show"], cwd=REPO, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "dvc", "metrics", "show", *files], cwd=REPO, capture_output=True, text=True, timeout=300
     )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     # a header and one row per metrics file (a VeGAS file that `make bon` has not written yet: a row of "-"); the
     # width bounds every stage's headline: a wide one (all selectors' figures, say) belongs in its details file
-    assert len(lines) == 1 + len(_metric_files()) and max(map(len, lines)) < 2500
+    assert len(lines) == 1 + len(files) and max(map(len, lines)) < 2500
 
 
 def test_write_metrics_picks_the_headline_and_keeps_the_record(tmp_path):
@@ -75,3 +81,13 @@ def test_write_metrics_picks_the_headline_and_keeps_the_record(tmp_path):
     assert json.loads((tmp_path / "m.json").read_text()) == head
     assert json.loads((tmp_path / "m.details.json").read_text()) == record
     assert pick(record, {"missing": True, "config": True}) == {"config": {"lr": 1e-4}}
+
+
+def test_metrics_files_lists_one_pipelines_files_and_refuses_a_file_without_metrics(capsys, monkeypatch):
+    from embodied_rft.tools.metrics_files import main
+
+    monkeypatch.chdir(REPO)
+    assert main(["--all"]) == 0
+    assert capsys.readouterr().out.split() == [str(f.relative_to(REPO)) for f in _metric_files()]
+    with pytest.raises(SystemExit, match="no-such/dvc.yaml: no stage declares metrics"):
+        main(["no-such/dvc.yaml"])
