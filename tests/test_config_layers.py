@@ -99,8 +99,10 @@ def test_long_grpo_preset_is_the_default_with_twice_the_updates():
 
 
 def test_pretrained_verifier_preset_changes_only_the_verifier_and_its_scoring():
-    # the same records and as many of them (800 x 32 = 1,600 x 16), from SmolLM2 instead of the tiny SFT policy
-    default, smol = _flat(compose(CONF)), _flat(compose(CONF, ["experiment=tiny_smollm2_verifier"]))
+    # the same records and as many of them (800 x 32 = 1,600 x 16), from SmolLM2 instead of the tiny SFT policy,
+    # against the tiny preset's verdict-SFT verifier (its own is pairwise, 800 steps)
+    default = _flat(compose(CONF, ["verifier.objective=sft", "verifier.sft.max_steps=1600"]))
+    smol = _flat(compose(CONF, ["experiment=tiny_smollm2_verifier"]))
     changed = {k for k in default.keys() | smol.keys() if default.get(k) != smol.get(k)}
     assert changed == {
         "verifier.init",
