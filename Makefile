@@ -140,6 +140,9 @@ sweep-filter: $(STAMP) ## GRPO with the online filter on vs off (Hydra multirun 
 bon: $(STAMP) $(SMOLLM2_STAMP) params ## VeGAS (docs/vegas.md): failure synthesis, the verifier, every Best-of-N selector paired with greedy (dvc repro bon; outside `make repro`; ~1.5 h after it: verifier 42 min, bon 42 min)
 	$(DVC) repro bon
 
+rm-bench: $(STAMP) params ## D&A (docs/dna.md): the reward benchmark and every reward model of dna.eval.rms scored on it (dvc repro rm_eval; outside `make repro`; seconds)
+	$(DVC) repro rm_eval
+
 regrpo-clauses: $(STAMP) ## the ReGRPO clauses across the published ReGRPO study tables (results/regrpo*/table.json) into results/regrpo/clauses.md (runs nothing)
 	$(PY) -m embodied_rft.study.clauses results/regrpo*/table.json --out results/regrpo/clauses.md --json results/regrpo/clauses.json
 

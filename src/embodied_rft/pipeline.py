@@ -76,6 +76,8 @@ class Paths:
     verify_cache: str = "data/verify_cache"
     # the trained verifier (verifier)
     verifier_model: str = "models/verifier"
+    # D&A's reward benchmark: bench.jsonl and the episodes it uses, tasks.jsonl (rm_bench)
+    rm_bench_dir: str = "data/rm_bench"
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -111,6 +113,8 @@ STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "synth": ("verify_dir", "verify_cache", "metrics_dir"),
     "verifier": ("verifier_model", "metrics_dir", "plots_dir", "work_dir"),
     "bon": ("metrics_dir", "plots_dir", "reports_dir", "work_dir"),
+    "rm_bench": ("rm_bench_dir", "metrics_dir"),
+    "rm_eval": ("metrics_dir", "reports_dir"),
 }
 
 

@@ -86,3 +86,63 @@ def pooled_counts(only_a: int, only_b: int, episodes: int) -> dict[str, Any]:
         "p_mcnemar_pooled": mcnemar_exact(only_a, only_b),
         "ci95_pooled": [round(100 * lo, 2), round(100 * hi, 2)],
     }
+
+
+def _sign(v: float) -> int:
+    return (v > 0) - (v < 0)
+
+
+def kendall_tau(x: Sequence[float], y: Sequence[float], variant: str = "b") -> float:
+    """Kendall's rank correlation of two equal-length sequences (O(n²), for the small groups it serves).
+
+    ``variant="a"``: (concordant − discordant) / all pairs; ``"b"``: the same over √((n₀ − n₁)(n₀ − n₂)), n₁ and
+    n₂ the pairs tied in x and in y (scipy's ``kendalltau`` default). NaN where τ-b's denominator is 0 (every x or
+    every y tied) or n < 2."""
+    if len(x) != len(y):
+        raise ValueError(f"kendall_tau: {len(x)} x but {len(y)} y")
+    n = len(x)
+    if n < 2:
+        return math.nan
+    s = tx = ty = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            a, b = _sign(x[i] - x[j]), _sign(y[i] - y[j])
+            s += a * b
+            tx += a == 0
+            ty += b == 0
+    n0 = n * (n - 1) // 2
+    if variant == "a":
+        return s / n0
+    if variant != "b":
+        raise ValueError(f"kendall_tau: variant must be 'a' or 'b', got {variant!r}")
+    den = math.sqrt((n0 - tx) * (n0 - ty))
+    return s / den if den else math.nan
+
+
+def ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman_rho(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's ρ: Pearson's r of the (tie-averaged) ranks; NaN when either side is constant or n < 2."""
+    if len(x) != len(y):
+        raise ValueError(f"spearman_rho: {len(x)} x but {len(y)} y")
+    if len(x) < 2:
+        return math.nan
+    rx, ry = ranks(x), ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    return sxy / math.sqrt(sxx * syy) if sxx and syy else math.nan
