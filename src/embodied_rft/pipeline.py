@@ -78,6 +78,8 @@ class Paths:
     verifier_model: str = "models/verifier"
     # D&A's reward benchmark: bench.jsonl and the episodes it uses, tasks.jsonl (rm_bench)
     rm_bench_dir: str = "data/rm_bench"
+    # persistent answer cache of the LLM reward models, kept across reruns (rm_eval)
+    rm_cache: str = "data/rm_cache"
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -114,7 +116,7 @@ STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "verifier": ("verifier_model", "metrics_dir", "plots_dir", "work_dir"),
     "bon": ("metrics_dir", "plots_dir", "reports_dir", "work_dir"),
     "rm_bench": ("rm_bench_dir", "metrics_dir"),
-    "rm_eval": ("metrics_dir", "reports_dir"),
+    "rm_eval": ("metrics_dir", "reports_dir", "rm_cache"),
 }
 
 

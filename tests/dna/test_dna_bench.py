@@ -128,7 +128,7 @@ def test_stages_write_the_bench_and_its_scores_and_reject_bad_input(tmp_path):
     assert out["rms"]["planner"]["tau"] == 1.0 and out["bias_dial"] is None
     scores = [json.loads(line) for line in (tmp_path / "r" / "scores.jsonl").read_text().splitlines()]
     assert len(scores) == 2 * head["records"] and {s["rm"] for s in scores} == {"planner", "biased:0.5"}
-    assert "| planner | 1.0 |" in (tmp_path / "r" / "rm_eval.md").read_text()
+    assert f"| planner | {head['records']} | 1.0 |" in (tmp_path / "r" / "rm_eval.md").read_text()
     # a bad record: file, line and field
     lines = (tmp_path / "bench" / "bench.jsonl").read_text().splitlines()
     bad = json.loads(lines[2])

@@ -8,8 +8,10 @@ in [0, 1]); the rest are this project's, named as such in docs/dna.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..config import check
+from ..models.config import ModelConfig
 
 KINDS = ("optimal", "suboptimal", "wrong_object", "wrong_receptacle", "incomplete", "regress")
 # rank levels of the bench's kinds: success > suboptimal (detours that still succeed) > failure
@@ -55,7 +57,8 @@ class BenchConfig:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    # reward models scored on the bench: gt | planner | biased:<eps> (docs/dna.md §2)
+    # reward models scored on the bench: gt | planner | biased:<eps> | naive_llm | dna_llm | dna_feedback_llm
+    # (docs/dna.md §2)
     rms: tuple[str, ...] = ("gt", "planner", "biased:0", "biased:0.25", "biased:0.5", "biased:1")
     # a failure trajectory whose final reward reaches this counts as failure-as-success
     success_threshold: float = 0.95
@@ -84,8 +87,36 @@ class AdvantageConfig:
 
 
 @dataclass(frozen=True)
+class LLMConfig:
+    # who answers the LLM reward models: hf (a local model, `model`, on the project's generators) | openai (the
+    # teacher's OpenAI-compatible endpoint: teacher.openai and teacher.retry; the key from its environment variable)
+    backend: Literal["hf", "openai"] = "hf"
+    # the local model (conf: SmolLM2-135M-Instruct, the model group's own entry)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    # the local model's generator: fast (Qwen2 / Llama text) | hf (transformers)
+    generation: Literal["fast", "hf"] = "fast"
+    temperature: float = 0.7
+    max_new_tokens: int = 512
+    # attempts of the whole pipeline per sample before the trajectory fails (the seed's DNA: 3)
+    retries: int = 3
+    # independent samples averaged (the seed: 1)
+    n_samples: int = 1
+    # the LLM reward models score this many (task, instruction) groups of the bench, a seeded draw (0 = all)
+    groups: int = 24
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check(self.retries >= 1, "retries", f"must be >= 1, got {self.retries}")
+        check(self.n_samples >= 1, "n_samples", f"must be >= 1, got {self.n_samples}")
+        check(self.max_new_tokens >= 16, "max_new_tokens", f"must be >= 16, got {self.max_new_tokens}")
+        check(0.0 <= self.temperature <= 2.0, "temperature", f"must be in [0, 2], got {self.temperature}")
+        check(self.groups >= 0, "groups", f"must be >= 0 (0 = all), got {self.groups}")
+
+
+@dataclass(frozen=True)
 class DnaConfig:
     frames: FramesConfig = field(default_factory=FramesConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    llm: LLMConfig = field(default_factory=LLMConfig)

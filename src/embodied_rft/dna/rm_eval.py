@@ -22,9 +22,11 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from embodied_rft.config import ConfigError
 from embodied_rft.core.stats import kendall_tau, spearman_rho
 from embodied_rft.dna.config import KINDS, LEVELS, EvalConfig, FramesConfig
 from embodied_rft.dna.frames import Trajectory, key_indices, replay
@@ -182,19 +184,19 @@ def report(figures: dict[str, dict], dial: dict | None, n: int) -> str:
     lines = [
         "# Reward models on the bench (symbolic-simulator proxy)",
         "",
-        f"{n} bench records (docs/dna.md §3). τ: Kendall's τ-b of (optimal, suboptimal, one failure) against "
+        f"{n} bench records (docs/dna.md §3; an LLM reward model scores a seeded draw of whole groups). τ: Kendall's τ-b of (optimal, suboptimal, one failure) against "
         "2 > 1 > 0 per (task, instruction), averaged; group τ-b / τ-a: over all six kinds (ceiling below 1: four "
         "failures share level 0). Failure-as-success: final reward ≥ the threshold. Spearman and MAE: per frame "
         "against the planner's progress.",
         "",
-        "| reward model | τ | group τ-b | group τ-a | FaS wrong object | FaS wrong receptacle | FaS incomplete "
+        "| reward model | records | τ | group τ-b | group τ-a | FaS wrong object | FaS wrong receptacle | FaS incomplete "
         "| FaS regress | Spearman | MAE | calls / traj | tokens / traj | parse failures / traj |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, f in figures.items():
         fas, c = f["failure_as_success"], f["per_trajectory"]
         lines.append(
-            f"| {name} | {f['tau']} | {f['tau_b_group']} | {f['tau_a_group']} | {fas['wrong_object']} | "
+            f"| {name} | {f['records']} | {f['tau']} | {f['tau_b_group']} | {f['tau_a_group']} | {fas['wrong_object']} | "
             f"{fas['wrong_receptacle']} | {fas['incomplete']} | {fas['regress']} | {f['spearman_per_frame']} | "
             f"{f['mae']} | {c.get('calls', 0)} | {c.get('tokens', 0)} | {c.get('parse_failures', 0)} |"
         )
@@ -208,6 +210,17 @@ def report(figures: dict[str, dict], dial: dict | None, n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def llm_groups(records: Sequence[dict], groups: int, seed: int) -> list[dict]:
+    """The records of ``groups`` (task, instruction) groups, a seeded draw (0 = all), in bench order."""
+    import random
+
+    keys = sorted({(r["task"], r["paraphrase"]) for r in records})
+    if groups and groups < len(keys):
+        keys = random.Random(f"{seed}:llm-groups").sample(keys, groups)
+    keep = set(keys)
+    return [r for r in records if (r["task"], r["paraphrase"]) in keep]
+
+
 def run_rm_eval(
     frames: FramesConfig,
     cfg: EvalConfig,
@@ -215,19 +228,51 @@ def run_rm_eval(
     metrics_path: str | Path,
     report_path: str | Path,
     scores_path: str | Path,
+    *,
+    llm: Any = None,
+    teacher: Any = None,
+    cache_dir: str | Path | None = None,
 ) -> dict:
     """Every reward model of ``cfg.rms`` on the bench: figures to ``metrics_path`` (headline) and its details
-    file, the Markdown table to ``report_path``, per-record scores and rewards to ``scores_path`` (JSONL)."""
+    file, the Markdown table to ``report_path``, per-record scores and rewards to ``scores_path`` (JSONL). The LLM
+    reward models (``llm``: the ``dna.llm`` section; ``teacher``: the ``teacher`` section for its openai backend)
+    score ``llm.groups`` groups, their answers cached in ``cache_dir``."""
     from embodied_rft.core.atomic import write_jsonl_atomic, write_text_atomic
     from embodied_rft.core.metrics import write_metrics
-    from embodied_rft.dna.rms import make_rm
+    from embodied_rft.dna.rms import LLM_RMS, make_rm
 
-    models = [make_rm(spec) for spec in cfg.rms]  # a bad name fails before any work
+    chat = None
+
+    def llm_rm(method: str) -> RewardModel:
+        nonlocal chat
+        from embodied_rft.dna.llm import LLMRewardModel, local_chat, openai_chat
+        from embodied_rft.teacher.cache import ResponseCache
+
+        if chat is None:
+            cache = ResponseCache(cache_dir) if cache_dir is not None else None
+            chat = openai_chat(teacher, cache) if llm.backend == "openai" else local_chat(llm, cache)
+        return LLMRewardModel(method, chat, retries=llm.retries, n_samples=llm.n_samples)
+
+    for spec in cfg.rms:  # a bad name, or an LLM model without its section, fails before any work
+        if spec.partition(":")[0] not in LLM_RMS:
+            make_rm(spec)
+        elif llm is None:
+            raise ConfigError(f"dna.eval.rms: {spec!r} needs the dna.llm section")
     records, episodes = read_bench(bench_dir)
     figures, rows = {}, []
-    for spec, rm in zip(cfg.rms, models):
-        figures[spec], rm_rows = evaluate_rm(rm, records, frames, cfg, episodes)
-        rows += [{"rm": spec, **row} for row in rm_rows]
+    try:
+        for spec in cfg.rms:
+            is_llm = spec.partition(":")[0] in LLM_RMS
+            rm = make_rm(spec, llm=llm_rm)
+            subset = llm_groups(records, llm.groups, llm.seed) if is_llm else records
+            figures[spec], rm_rows = evaluate_rm(rm, subset, frames, cfg, episodes)
+            if is_llm:
+                figures[spec]["backend"] = chat.model
+                figures[spec]["out_of_range"] = rm.out_of_range
+            rows += [{"rm": spec, **row} for row in rm_rows]
+    finally:
+        if chat is not None:
+            chat.close()
     dial = bias_dial(figures)
     write_jsonl_atomic(scores_path, rows)
     write_text_atomic(report_path, report(figures, dial, len(records)))

@@ -118,11 +118,20 @@ RMS: dict[str, Callable[[str | None], RewardModel]] = {
 }
 
 
-def make_rm(spec: str, key: str = "dna.eval.rms") -> RewardModel:
-    """``gt``, ``planner``, ``biased:0.5`` ... -> the reward model (ConfigError naming ``key`` otherwise)."""
+LLM_RMS = ("naive_llm", "dna_llm", "dna_feedback_llm")
+
+
+def make_rm(spec: str, key: str = "dna.eval.rms", llm: Callable[[str], RewardModel] | None = None) -> RewardModel:
+    """``gt``, ``planner``, ``biased:0.5``, ``dna_llm`` ... -> the reward model (ConfigError naming ``key``
+    otherwise); ``llm(method)`` builds an LLM reward model (``dna/llm.py``)."""
     name, _, arg = spec.partition(":")
+    if name in LLM_RMS:
+        if llm is None:
+            raise ConfigError(f"{key}: {spec!r} needs an LLM backend (dna.llm)")
+        return llm(name.removesuffix("_llm"))
     if name not in RMS:
-        raise ConfigError(f"{key}: {spec!r} is not one of {sorted(RMS)} (with :<arg> where it takes one)")
+        known = sorted([*RMS, *LLM_RMS])
+        raise ConfigError(f"{key}: {spec!r} is not one of {known} (with :<arg> where it takes one)")
     try:
         return RMS[name](arg or None)
     except ValueError as exc:
