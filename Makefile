@@ -143,6 +143,9 @@ bon: $(STAMP) $(SMOLLM2_STAMP) params ## VeGAS (docs/vegas.md): failure synthesi
 rm-bench: $(STAMP) params ## D&A (docs/dna.md): the reward benchmark and every reward model of dna.eval.rms scored on it (dvc repro rm_eval; outside `make repro`; seconds)
 	$(DVC) repro rm_eval
 
+rm-tiny: $(STAMP) params ## D&A's learned tiny reward models (direct vs criterion-first, grounded or not) trained and scored on the bench (dvc repro rm_eval_tiny; outside `make repro`; ~30 min after the SFT policy)
+	$(DVC) repro rm_eval_tiny
+
 regrpo-clauses: $(STAMP) ## the ReGRPO clauses across the published ReGRPO study tables (results/regrpo*/table.json) into results/regrpo/clauses.md (runs nothing)
 	$(PY) -m embodied_rft.study.clauses results/regrpo*/table.json --out results/regrpo/clauses.md --json results/regrpo/clauses.json
 

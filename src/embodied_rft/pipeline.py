@@ -80,6 +80,9 @@ class Paths:
     rm_bench_dir: str = "data/rm_bench"
     # persistent answer cache of the LLM reward models, kept across reruns (rm_eval)
     rm_cache: str = "data/rm_cache"
+    # D&A's learned tiny reward models: frames -> progress, instruction -> criterion (rm_train)
+    rm_direct_model: str = "models/rm_direct"
+    rm_criterion_model: str = "models/rm_criterion"
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -117,6 +120,8 @@ STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "bon": ("metrics_dir", "plots_dir", "reports_dir", "work_dir"),
     "rm_bench": ("rm_bench_dir", "metrics_dir"),
     "rm_eval": ("metrics_dir", "reports_dir", "rm_cache"),
+    "rm_train": ("rm_direct_model", "rm_criterion_model", "metrics_dir", "plots_dir", "work_dir"),
+    "rm_eval_tiny": ("metrics_dir", "reports_dir"),
 }
 
 

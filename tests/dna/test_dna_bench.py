@@ -16,15 +16,12 @@ from embodied_rft.dna.config import DnaConfig
 from embodied_rft.dna.frames import replay
 from embodied_rft.dna.rm_eval import evaluate_rm, read_bench, run_rm_eval, score
 from embodied_rft.dna.rms import lookalike_credit, make_rm
-from embodied_rft.pipeline import compose
-from embodied_rft.world.generator import GeneratorConfig, generate_episodes
+from tests.helpers.dna_episodes import preset_config, preset_episodes
 
 
-@functools.lru_cache(maxsize=1)
 def _preset() -> tuple[DnaConfig, tuple[dict, ...]]:
-    cfg = compose("conf")
-    gen = build(GeneratorConfig, cfg["data"]["generator"], "data.generator")
-    return build(DnaConfig, cfg["dna"], "dna"), tuple(generate_episodes(gen, cfg["dna"]["bench"]["split"]))
+    cfg = preset_config()
+    return build(DnaConfig, cfg["dna"], "dna"), preset_episodes(cfg["dna"]["bench"]["split"])
 
 
 @functools.lru_cache(maxsize=1)
@@ -128,7 +125,7 @@ def test_stages_write_the_bench_and_its_scores_and_reject_bad_input(tmp_path):
     assert out["rms"]["planner"]["tau"] == 1.0 and out["bias_dial"] is None
     scores = [json.loads(line) for line in (tmp_path / "r" / "scores.jsonl").read_text().splitlines()]
     assert len(scores) == 2 * head["records"] and {s["rm"] for s in scores} == {"planner", "biased:0.5"}
-    assert f"| planner | {head['records']} | 1.0 |" in (tmp_path / "r" / "rm_eval.md").read_text()
+    assert f"| planner | {head['records']} | 0 | 1.0 |" in (tmp_path / "r" / "rm_eval.md").read_text()
     # a bad record: file, line and field
     lines = (tmp_path / "bench" / "bench.jsonl").read_text().splitlines()
     bad = json.loads(lines[2])

@@ -164,3 +164,20 @@ def test_rm_eval_scores_an_llm_model_on_a_seeded_draw_of_whole_groups(tmp_path, 
     assert llm["backend"] == "openai:rm-model" and asked > 0
     # the stand-in's progress rises to 100 on every trajectory: it cannot tell a failure from a success
     assert llm["failure_as_success"]["wrong_object"] == 1.0 and llm["tau"] < out["rms"]["planner"]["tau"]
+
+
+def test_a_trajectory_without_a_valid_answer_scores_zero_counted_and_too_many_fail_the_stage():
+    from embodied_rft.dna.bench import build_bench
+    from embodied_rft.dna.config import BenchConfig, EvalConfig, FramesConfig
+    from embodied_rft.dna.rm_eval import evaluate_rm
+
+    eps = episodes("valid_unseen", 60)
+    records = [r for r in build_bench(list(eps), BenchConfig(paraphrases=1))[0]][:12]
+    by_id = {e["episode_id"]: e for e in eps}
+    garbage = ScriptedChat(faults={i: "no idea" for i in range(10_000)})
+    rm = LLMRewardModel("naive", Chat(garbage, "scripted"), retries=2)
+    figures, rows = evaluate_rm(rm, records, FramesConfig(), EvalConfig(max_failed_share=1.0), by_id)
+    assert figures["failed_trajectories"] == 12 and all(row["final"] == 0.0 for row in rows)
+    assert "no valid answer after 2 attempt" in figures["failed_examples"][0]["error"]
+    with pytest.raises(RewardModelFailed, match=r"naive_llm: 12 of 12 trajectories without a valid answer"):
+        evaluate_rm(rm, records, FramesConfig(), EvalConfig(max_failed_share=0.5), by_id)

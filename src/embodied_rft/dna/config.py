@@ -12,6 +12,7 @@ from typing import Literal
 
 from ..config import check
 from ..models.config import ModelConfig
+from ..train.sft.config import SFTConfig
 
 KINDS = ("optimal", "suboptimal", "wrong_object", "wrong_receptacle", "incomplete", "regress")
 # rank levels of the bench's kinds: success > suboptimal (detours that still succeed) > failure
@@ -62,11 +63,15 @@ class EvalConfig:
     rms: tuple[str, ...] = ("gt", "planner", "biased:0", "biased:0.25", "biased:0.5", "biased:1")
     # a failure trajectory whose final reward reaches this counts as failure-as-success
     success_threshold: float = 0.95
+    # a trajectory a model answers nothing valid for (after its retries) scores 0 everywhere and is counted; more
+    # than this share of them fails the stage
+    max_failed_share: float = 0.1
 
     def __post_init__(self) -> None:
         check(len(self.rms) >= 1, "rms", "name at least one reward model")
         check(len(set(self.rms)) == len(self.rms), "rms", f"must be unique, got {list(self.rms)}")
         check(0.0 < self.success_threshold <= 1.0, "success_threshold", "must be in (0, 1]")
+        check(0.0 <= self.max_failed_share <= 1.0, "max_failed_share", "must be in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,45 @@ class LLMConfig:
         check(self.groups >= 0, "groups", f"must be >= 0 (0 = all), got {self.groups}")
 
 
+def _tiny_sft(max_steps: int, batch_size: int, max_len: int) -> SFTConfig:
+    return SFTConfig(
+        lr=1e-3,
+        max_steps=max_steps,
+        batch_size=batch_size,
+        grad_accum=1,
+        warmup_ratio=0.05,
+        max_len=max_len,
+        save_steps=50,
+        num_threads=2,
+        logging_steps=10,
+    )
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    # the split whose optimal trajectories teach the learned reward models (never the bench's)
+    split: str = "train"
+    # episodes used (0 = all), in file order
+    episodes: int = 1500
+    # seeded prefixes of each optimal trajectory beside the whole one (direct_tiny's records)
+    prefixes: int = 2
+    # the checkpoint both start from: sft (the SFT policy: knows the world's words) | base
+    init: Literal["sft", "base"] = "sft"
+    # direct_tiny: instruction + key frames -> progress per frame
+    direct_sft: SFTConfig = field(default_factory=lambda: _tiny_sft(600, 8, 1024))
+    # criterion_tiny: instruction -> the criterion in the world's names
+    criterion_sft: SFTConfig = field(default_factory=lambda: _tiny_sft(300, 16, 256))
+    # answers read per trajectory before it fails (the first greedy, the others sampled at T = 0.7)
+    retries: int = 3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check(bool(self.split), "split", "must name an episode split, e.g. train")
+        check(self.episodes >= 0, "episodes", f"must be >= 0 (0 = all), got {self.episodes}")
+        check(self.prefixes >= 0, "prefixes", f"must be >= 0, got {self.prefixes}")
+        check(self.retries >= 1, "retries", f"must be >= 1, got {self.retries}")
+
+
 @dataclass(frozen=True)
 class DnaConfig:
     frames: FramesConfig = field(default_factory=FramesConfig)
@@ -120,3 +164,14 @@ class DnaConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    # the reward models of stage rm_eval_tiny (the learned ones: rm_train's models; and their gold-criterion
+    # references)
+    tiny_rms: tuple[str, ...] = (
+        "planner",
+        "direct_tiny",
+        "criterion_tiny",
+        "criterion_tiny_ungrounded",
+        "criterion_gold",
+        "criterion_gold_ungrounded",
+    )

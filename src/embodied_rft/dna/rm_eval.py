@@ -30,6 +30,7 @@ from embodied_rft.config import ConfigError
 from embodied_rft.core.stats import kendall_tau, spearman_rho
 from embodied_rft.dna.config import KINDS, LEVELS, EvalConfig, FramesConfig
 from embodied_rft.dna.frames import Trajectory, key_indices, replay
+from embodied_rft.dna.llm import RewardModelFailed
 from embodied_rft.dna.rms import RewardModel, assess
 
 FAILURES = tuple(k for k in KINDS if LEVELS[k] == 0)
@@ -63,6 +64,7 @@ def evaluate_rm(
     """One reward model's figures on the bench (module docstring) and its per-record rows (id, score, final,
     rewards at every state)."""
     rows: list[dict] = []
+    failed: list[dict] = []
     cost = defaultdict(float)
     trajs: dict[tuple, Trajectory] = {}
     for r in records:
@@ -72,12 +74,23 @@ def evaluate_rm(
         traj = trajs[key]
         keys = key_indices(traj.n, frames.h)
         t0 = time.perf_counter()
-        rewards, a = assess(rm, traj, keys, r["instruction"])
+        try:
+            rewards, a = assess(rm, traj, keys, r["instruction"])
+        except RewardModelFailed as exc:
+            # the seed's research class scores such a trajectory 0 everywhere; counted, and capped below
+            failed.append({"id": r["id"], "error": str(exc)})
+            rewards, a = [0.0] * (traj.n + 1), None
         cost["seconds"] += time.perf_counter() - t0
-        cost["calls"] += a.calls
-        cost["tokens"] += a.tokens
-        cost["parse_failures"] += a.parse_failures
+        if a is not None:
+            cost["calls"] += a.calls
+            cost["tokens"] += a.tokens
+            cost["parse_failures"] += a.parse_failures
         rows.append({"id": r["id"], "score": score(rewards), "final": rewards[-1], "rewards": rewards})
+    if len(failed) > cfg.max_failed_share * len(records):
+        raise RewardModelFailed(
+            f"{rm.name}: {len(failed)} of {len(records)} trajectories without a valid answer (more than "
+            f"dna.eval.max_failed_share = {cfg.max_failed_share}); the first: {failed[0]['error']}"
+        )
     by_id = {row["id"]: row for row in rows}
     groups: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for r in records:
@@ -108,6 +121,8 @@ def evaluate_rm(
     all_triplets = [v for vs in triplet.values() for v in vs]
     figures = {
         "records": len(records),
+        "failed_trajectories": len(failed),
+        "failed_examples": failed[:5],
         "tau": _mean(all_triplets),
         "tau_by_failure": {k: _mean(v) for k, v in triplet.items()},
         "tau_b_group": _mean(group_b),
@@ -189,14 +204,14 @@ def report(figures: dict[str, dict], dial: dict | None, n: int) -> str:
         "failures share level 0). Failure-as-success: final reward ≥ the threshold. Spearman and MAE: per frame "
         "against the planner's progress.",
         "",
-        "| reward model | records | τ | group τ-b | group τ-a | FaS wrong object | FaS wrong receptacle | FaS incomplete "
+        "| reward model | records | failed | τ | group τ-b | group τ-a | FaS wrong object | FaS wrong receptacle | FaS incomplete "
         "| FaS regress | Spearman | MAE | calls / traj | tokens / traj | parse failures / traj |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, f in figures.items():
         fas, c = f["failure_as_success"], f["per_trajectory"]
         lines.append(
-            f"| {name} | {f['records']} | {f['tau']} | {f['tau_b_group']} | {f['tau_a_group']} | {fas['wrong_object']} | "
+            f"| {name} | {f['records']} | {f['failed_trajectories']} | {f['tau']} | {f['tau_b_group']} | {f['tau_a_group']} | {fas['wrong_object']} | "
             f"{fas['wrong_receptacle']} | {fas['incomplete']} | {fas['regress']} | {f['spearman_per_frame']} | "
             f"{f['mae']} | {c.get('calls', 0)} | {c.get('tokens', 0)} | {c.get('parse_failures', 0)} |"
         )
@@ -232,14 +247,16 @@ def run_rm_eval(
     llm: Any = None,
     teacher: Any = None,
     cache_dir: str | Path | None = None,
+    tiny: dict | None = None,
 ) -> dict:
     """Every reward model of ``cfg.rms`` on the bench: figures to ``metrics_path`` (headline) and its details
     file, the Markdown table to ``report_path``, per-record scores and rewards to ``scores_path`` (JSONL). The LLM
     reward models (``llm``: the ``dna.llm`` section; ``teacher``: the ``teacher`` section for its openai backend)
-    score ``llm.groups`` groups, their answers cached in ``cache_dir``."""
+    score ``llm.groups`` groups, their answers cached in ``cache_dir``. ``tiny``: the learned tiny models' folders
+    (``direct``, ``criterion``) and ``retries`` (``dna/learned.py``)."""
     from embodied_rft.core.atomic import write_jsonl_atomic, write_text_atomic
     from embodied_rft.core.metrics import write_metrics
-    from embodied_rft.dna.rms import LLM_RMS, make_rm
+    from embodied_rft.dna.rms import LLM_RMS, TINY_RMS, make_rm
 
     chat = None
 
@@ -253,17 +270,32 @@ def run_rm_eval(
             chat = openai_chat(teacher, cache) if llm.backend == "openai" else local_chat(llm, cache)
         return LLMRewardModel(method, chat, retries=llm.retries, n_samples=llm.n_samples)
 
-    for spec in cfg.rms:  # a bad name, or an LLM model without its section, fails before any work
-        if spec.partition(":")[0] not in LLM_RMS:
-            make_rm(spec)
-        elif llm is None:
+    tiny_chats: dict[str, Any] = {}
+
+    def tiny_rm(name: str) -> RewardModel:
+        from embodied_rft.dna.learned import CriterionTiny, DirectTiny, tiny_chat
+
+        kind = "direct" if name == "direct_tiny" else "criterion"
+        if kind not in tiny_chats:
+            tiny_chats[kind] = tiny_chat(str(tiny[kind]))
+        if kind == "direct":
+            return DirectTiny(tiny_chats[kind], tiny["retries"])
+        return CriterionTiny(tiny_chats[kind], tiny["retries"], grounded=name == "criterion_tiny")
+
+    for spec in cfg.rms:  # a bad name, or a model without what it needs, fails before any work
+        name = spec.partition(":")[0]
+        if name in LLM_RMS and llm is None:
             raise ConfigError(f"dna.eval.rms: {spec!r} needs the dna.llm section")
+        if name in TINY_RMS and tiny is None:
+            raise ConfigError(f"dna.eval.rms: {spec!r} is a learned model: stage rm_eval_tiny scores it")
+        if name not in LLM_RMS and name not in TINY_RMS:
+            make_rm(spec)
     records, episodes = read_bench(bench_dir)
     figures, rows = {}, []
     try:
         for spec in cfg.rms:
             is_llm = spec.partition(":")[0] in LLM_RMS
-            rm = make_rm(spec, llm=llm_rm)
+            rm = tiny_rm(spec) if spec in TINY_RMS else make_rm(spec, llm=llm_rm)
             subset = llm_groups(records, llm.groups, llm.seed) if is_llm else records
             figures[spec], rm_rows = evaluate_rm(rm, subset, frames, cfg, episodes)
             if is_llm:
@@ -271,8 +303,9 @@ def run_rm_eval(
                 figures[spec]["out_of_range"] = rm.out_of_range
             rows += [{"rm": spec, **row} for row in rm_rows]
     finally:
-        if chat is not None:
-            chat.close()
+        for c in [chat, *tiny_chats.values()]:
+            if c is not None:
+                c.close()
     dial = bias_dial(figures)
     write_jsonl_atomic(scores_path, rows)
     write_text_atomic(report_path, report(figures, dial, len(records)))

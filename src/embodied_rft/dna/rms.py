@@ -115,10 +115,20 @@ RMS: dict[str, Callable[[str | None], RewardModel]] = {
     "gt": lambda arg: GoalConditions(),
     "planner": lambda arg: PlannerProgress(),
     "biased": lambda arg: Biased(float(arg if arg is not None else "0.5")),
+    "criterion_gold": lambda arg: _gold(True),
+    "criterion_gold_ungrounded": lambda arg: _gold(False),
 }
 
 
+def _gold(grounded: bool) -> RewardModel:
+    from embodied_rft.dna.learned import CriterionGold
+
+    return CriterionGold(grounded)
+
+
 LLM_RMS = ("naive_llm", "dna_llm", "dna_feedback_llm")
+# learned tiny models (dna/learned.py), scored by stage rm_eval_tiny
+TINY_RMS = ("direct_tiny", "criterion_tiny", "criterion_tiny_ungrounded")
 
 
 def make_rm(spec: str, key: str = "dna.eval.rms", llm: Callable[[str], RewardModel] | None = None) -> RewardModel:
@@ -130,7 +140,7 @@ def make_rm(spec: str, key: str = "dna.eval.rms", llm: Callable[[str], RewardMod
             raise ConfigError(f"{key}: {spec!r} needs an LLM backend (dna.llm)")
         return llm(name.removesuffix("_llm"))
     if name not in RMS:
-        known = sorted([*RMS, *LLM_RMS])
+        known = sorted([*RMS, *LLM_RMS, *TINY_RMS])
         raise ConfigError(f"{key}: {spec!r} is not one of {known} (with :<arg> where it takes one)")
     try:
         return RMS[name](arg or None)
