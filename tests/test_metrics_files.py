@@ -40,7 +40,15 @@ def _metric_files() -> list[Path]:
 
 
 # the VeGAS and D&A stages run outside `make repro` (`make bon`, `make rm-bench`): their metrics exist once that has run
-OPTIONAL = {"synth.json", "verifier.json", "bon.json", "rm_bench.json", "rm_eval.json", "rm_train.json", "rm_eval_tiny.json"}
+OPTIONAL = {
+    "synth.json",
+    "verifier.json",
+    "bon.json",
+    "rm_bench.json",
+    "rm_eval.json",
+    "rm_train.json",
+    "rm_eval_tiny.json",
+}
 
 
 def test_every_committed_metrics_file_is_a_headline_of_its_details():
