@@ -66,7 +66,7 @@ def test_every_trajectory_executes_with_its_kinds_outcome_and_progress():
         t = replay(eps[r["task"]], r["actions"])
         assert all(t.ok), r["id"]
         assert t.states[-1].is_success() == r["success"] == (r["kind"] in ("optimal", "suboptimal")), r["id"]
-        assert len(r["progress"]) == t.n + 1 and r["progress"][-1] == (1.0 if r["success"] else r["progress"][-1])
+        assert len(r["progress"]) == t.n + 1 and (r["progress"][-1] == 1.0) == r["success"]
         opt = next(o for o in records if o["task"] == r["task"] and o["kind"] == "optimal")
         if r["kind"] == "suboptimal":
             assert len(r["actions"]) > len(opt["actions"])

@@ -109,6 +109,12 @@ def test_answers_are_cached_by_request_so_a_rerun_asks_nothing(tmp_path):
     assess(LLMRewardModel("dna", c), t, keys, "Put the apple away.")
     assert c.asked == 5 and c.hits == 4
     c.close()
+    # without a persistent cache a request is still asked once per process
+    bare = ScriptedChat()
+    m = Chat(bare, "scripted")
+    for _ in range(2):
+        assess(LLMRewardModel("dna", m), t, keys, "Move the apple.")
+    assert len(bare.prompts) == m.asked == 3 and m.hits == 3
 
 
 def test_the_openai_backend_rides_out_faults_and_reads_the_same_values(tmp_path, monkeypatch):
@@ -162,6 +168,9 @@ def test_rm_eval_scores_an_llm_model_on_a_seeded_draw_of_whole_groups(tmp_path, 
     assert llm["records"] == 4 * 6 and out["rms"]["planner"]["records"] > 24
     assert llm["per_trajectory"]["calls"] == 3.0 and llm["per_trajectory"]["parse_failures"] == 0
     assert llm["backend"] == "openai:rm-model" and asked > 0
+    # 24 trajectories x 3 requests: asked of the endpoint once each, a repeat (a describer request shared by two
+    # paraphrases of one task) answered from the cache
+    assert llm["answers_asked"] + llm["answers_cached"] == 72 and llm["answers_asked"] == asked
     # the stand-in's progress rises to 100 on every trajectory: it cannot tell a failure from a success
     assert llm["failure_as_success"]["wrong_object"] == 1.0 and llm["tau"] < out["rms"]["planner"]["tau"]
 

@@ -16,14 +16,11 @@ from embodied_rft.config import ConfigError, build
 from embodied_rft.core.atomic import write_jsonl_atomic
 from embodied_rft.data.jsonl import DataError
 from embodied_rft.train.sft.config import SFTConfig
-from embodied_rft.vegas.config import SynthConfig
 from embodied_rft.vegas.pairs import build_pairs, context_key, load_reward_init, pair_records, train_pairwise
 from embodied_rft.vegas.score import RewardVerifier, Verifier, is_reward_checkpoint
-from embodied_rft.vegas.synth import run_synth
 from embodied_rft.vegas.text import verification_messages
 from embodied_rft.vegas.verifier import run_verifier
 from embodied_rft.vegas.verifier_config import PairwiseConfig, VerifierConfig
-from embodied_rft.world import GeneratorConfig, generate_episodes
 from tests.helpers import tiny_checkpoints as tc
 
 HISTORY = [{"action_id": 12, "action_name": "find a Mug", "feedback": "Last action executed successfully."}]
@@ -178,6 +175,7 @@ def test_reward_verifier_batches_equal_one_forward_per_prompt(tmp_path, arch):
                 want.append(float(model(input_ids=torch.tensor([ids])).logits[0, 0]))
         assert len({len(v.prompt_ids(p)) for p in prompts}) == len(prompts)  # every batch is padded
         assert got == pytest.approx(want, abs=1e-4)
+        assert v.last_prompt_tokens == [len(v.prompt_ids(p)) for p in prompts]  # the cost column's count
         scored = v.p_yes(prompts)
         assert all(0.0 < p < 1.0 for p, _, _ in scored)
         assert [verdict for _, verdict, _ in scored] == ["yes" if r > 0 else "no" for r in want]
@@ -252,17 +250,6 @@ def test_pairwise_training_resumes_from_its_last_sealed_checkpoint(tmp_path):
     assert again["resumed_from_step"] == 2 and again["steps"] == 4
     a, b = load_file(tmp_path / "full" / "model.safetensors"), load_file(tmp_path / "again" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
-
-
-@pytest.fixture(scope="module")
-def records(tmp_path_factory):
-    root = tmp_path_factory.mktemp("verify")
-    cfg = GeneratorConfig(seed=2, task_types=("pick_and_place_simple", "pick_clean_then_place_in_recep"))
-    write_jsonl_atomic(root / "train_eps.jsonl", generate_episodes(cfg, "train", 12))
-    run_synth(
-        SynthConfig(val_fraction=0.3, reasoning="brief"), root / "train_eps.jsonl", root / "verify", root / "s.json"
-    )
-    return root
 
 
 def test_verifier_stage_trains_the_pairwise_objective_and_scores_held_out_records(records, tmp_path):

@@ -10,18 +10,14 @@ import pytest
 import torch
 
 from embodied_rft.config import ConfigError, build
-from embodied_rft.core.atomic import write_jsonl_atomic
 from embodied_rft.data.jsonl import DataError, iter_jsonl
 from embodied_rft.generation.base import Completion
 from embodied_rft.models import load_model
 from embodied_rft.train.sft.config import SFTConfig
-from embodied_rft.vegas.config import SynthConfig
 from embodied_rft.vegas.score import Verifier, auroc, balanced_accuracy
-from embodied_rft.vegas.synth import run_synth
 from embodied_rft.vegas.text import parse_verdict
 from embodied_rft.vegas.verifier import init_checkpoint, read_records, run_verifier, verdict_only
 from embodied_rft.vegas.verifier_config import VerifierConfig
-from embodied_rft.world import GeneratorConfig, generate_episodes
 from tests.helpers import smollm2
 from tests.helpers import tiny_checkpoints as tc
 
@@ -43,6 +39,9 @@ def test_p_yes_is_the_normalised_verdict_probability():
         prompts = [[{"role": "user", "content": "Is it correct?"}], [{"role": "user", "content": "Check this."}]]
         out = v.p_yes(prompts)
         assert len(out) == 2 and all(0.0 < p < 1.0 for p, _, _ in out)
+        # the cost column's count: each templated prompt's tokens, as the generator prefilled them
+        templated = [tok.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
+        assert v.last_prompt_tokens == [len(tok(t, add_special_tokens=False)["input_ids"]) for t in templated]
         # by hand for the first: the verdict line is appended to the greedy text and the verdict token read
         p, verdict, text = out[0]
         head = tok.apply_chat_template(prompts[0], add_generation_prompt=True, tokenize=False)
@@ -134,17 +133,6 @@ def test_p_yes_reads_the_verdict_wherever_the_verdict_line_is(monkeypatch, text,
         head = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
         assert seen == [head + read_after] and out == text
         assert p == pytest.approx(1 / (1 + math.exp(-1.0))) and verdict == parse_verdict(text)
-
-
-@pytest.fixture(scope="module")
-def records(tmp_path_factory):
-    root = tmp_path_factory.mktemp("verify")
-    cfg = GeneratorConfig(seed=2, task_types=("pick_and_place_simple", "pick_clean_then_place_in_recep"))
-    write_jsonl_atomic(root / "train_eps.jsonl", generate_episodes(cfg, "train", 12))
-    run_synth(
-        SynthConfig(val_fraction=0.3, reasoning="brief"), root / "train_eps.jsonl", root / "verify", root / "s.json"
-    )
-    return root
 
 
 def test_verifier_stage_trains_with_the_projects_sft_and_scores_held_out_records(records, tmp_path):

@@ -48,8 +48,10 @@ class ParseError(ValueError):
 
 @dataclass
 class Chat:
-    """Answers chat requests through ``ask(messages, index) -> Answer``, cached by (request, index) in ``cache``
-    (a :class:`~embodied_rft.teacher.cache.ResponseCache` or None); ``model`` names what answers."""
+    """Answers chat requests through ``ask(messages, index) -> Answer``, cached by (request, index): in this process
+    (a bench asks the same request for each kind of a task's trajectories, e.g. a criterion from the instruction
+    alone) and in ``cache`` (a :class:`~embodied_rft.teacher.cache.ResponseCache`, across runs, or None); ``model``
+    names what answers."""
 
     ask_fn: Callable[[list[dict], int], Answer]
     model: str
@@ -58,6 +60,7 @@ class Chat:
     closer: Callable[[], None] | None = None
     hits: int = 0
     asked: int = 0
+    memo: dict[str, Answer] = field(default_factory=dict, repr=False)
 
     def close(self) -> None:
         if self.closer is not None:
@@ -69,13 +72,16 @@ class Chat:
         from embodied_rft.teacher.cache import cache_key
 
         key = cache_key({"model": self.model, "messages": messages, **self.sampling}, index)
-        if self.cache is not None:
+        hit = self.memo.get(key)
+        if hit is None and self.cache is not None:
             hit = self.cache.get(key)
-            if hit is not None:
-                self.hits += 1
-                return hit
+        if hit is not None:
+            self.hits += 1
+            self.memo[key] = hit
+            return hit
         answer = self.ask_fn(messages, index)
         self.asked += 1
+        self.memo[key] = answer
         if self.cache is not None:
             self.cache.put(key, answer, model=self.model, sample_id="rm", sample_index=index)
         return answer

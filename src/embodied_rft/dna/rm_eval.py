@@ -297,7 +297,12 @@ def run_rm_eval(
             is_llm = spec.partition(":")[0] in LLM_RMS
             rm = tiny_rm(spec) if spec in TINY_RMS else make_rm(spec, llm=llm_rm)
             subset = llm_groups(records, llm.groups, llm.seed) if is_llm else records
+            model_chat = getattr(rm, "chat", None)
+            before = (model_chat.asked, model_chat.hits) if model_chat is not None else None
             figures[spec], rm_rows = evaluate_rm(rm, subset, frames, cfg, episodes)
+            if before is not None:  # requests answered by the model, and from the caches (a repeat is free)
+                figures[spec]["answers_asked"] = model_chat.asked - before[0]
+                figures[spec]["answers_cached"] = model_chat.hits - before[1]
             if is_llm:
                 figures[spec]["backend"] = chat.model
                 figures[spec]["out_of_range"] = rm.out_of_range

@@ -17,6 +17,7 @@ simulator's states; the learned and LLM ones (later) read only the instruction a
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -40,13 +41,14 @@ class Assessment:
     criterion: str | None = None
 
 
-class RewardModel:
-    """A reward model; subclasses implement :meth:`key_progress`."""
+class RewardModel(abc.ABC):
+    """A reward model: progress at a trajectory's key frames (:meth:`key_progress`)."""
 
     name: str = ""
 
+    @abc.abstractmethod
     def key_progress(self, traj: Trajectory, keys: Sequence[int], instruction: str) -> Assessment:
-        raise NotImplementedError
+        """One progress value in [0, 1] per key frame of ``traj``, and what getting them cost."""
 
 
 def assess(rm: RewardModel, traj: Trajectory, keys: Sequence[int], instruction: str) -> tuple[list[float], Assessment]:

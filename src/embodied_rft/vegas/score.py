@@ -92,6 +92,8 @@ class Verifier:
         self.model = self.gen.model
         self.batch_size = batch_size
         self.calls = 0  # verifications generated (sampled or greedy): the cost columns
+        # the templated prompt's tokens of each prompt of the last verdicts / p_yes call, in order (the cost columns)
+        self.last_prompt_tokens: list[int] = []
 
     @classmethod
     def load(cls, source: Any, **kw: Any) -> Verifier:
@@ -110,17 +112,21 @@ class Verifier:
     ) -> list[list[str | None]]:
         """``m`` sampled verdicts per prompt (None: no verdict line in that verification)."""
         if not prompts:
+            self.last_prompt_tokens = []
             return []
         outs = self.gen.complete(list(prompts), n=m, temperature=temperature, seed=seed)
         self.calls += m * len(prompts)
+        self.last_prompt_tokens = [cs[0].prompt_tokens for cs in outs]
         return [[parse_verdict(c.text) for c in cs] for cs in outs]
 
     def p_yes(self, prompts: Sequence[list[dict]]) -> list[tuple[float, str | None, str]]:
         """(P(yes), the greedy verdict or None, the greedy text) per prompt (module docstring)."""
         if not prompts:
+            self.last_prompt_tokens = []
             return []
         outs = self.gen.complete(list(prompts), n=1, temperature=0.0)
         self.calls += len(prompts)
+        self.last_prompt_tokens = [cs[0].prompt_tokens for cs in outs]
         texts, prefixes = [], []
         for msgs, cs in zip(prompts, outs, strict=True):
             text = cs[0].text
@@ -232,6 +238,7 @@ class RewardVerifier(Verifier):
         self.model = model.to(device).eval()
         self.batch_size = batch_size
         self.calls = 0
+        self.last_prompt_tokens: list[int] = []
         pad = tokenizer.pad_token_id
         if pad is None:
             pad = self.model.config.pad_token_id
@@ -263,6 +270,7 @@ class RewardVerifier(Verifier):
         import torch
 
         rows = [self.prompt_ids(p) for p in prompts]
+        self.last_prompt_tokens = [len(r) for r in rows]
         out = [0.0] * len(rows)
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
         dev = self.model.device
@@ -284,6 +292,7 @@ class RewardVerifier(Verifier):
     def p_yes(self, prompts: Sequence[list[dict]]) -> list[tuple[float, str | None, str]]:
         """(sigmoid(reward), ``yes`` if reward > 0 else ``no``, ``""``) per prompt."""
         if not prompts:
+            self.last_prompt_tokens = []
             return []
         return [(_sigmoid(r), "yes" if r > 0 else "no", "") for r in self.rewards(prompts)]
 

@@ -253,11 +253,6 @@ class BonPolicy:
                 owners.append((i, a))
         scores: list[dict[int, float]] = [{} for _ in contexts]
         counts = [0] * len(contexts)
-        tok = getattr(self.verifier, "tok", None)
-        if tok is not None:  # the cost column: verification prompt tokens per planner call
-            for (i, _), msgs in zip(owners, prompts, strict=True):
-                text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-                self._prompt_tokens[i] += len(tok(text, add_special_tokens=False)["input_ids"])
         if self.cfg.score == "prob":
             for (i, a), (p, _, _) in zip(owners, self.verifier.p_yes(prompts), strict=True):
                 scores[i][a] = p
@@ -267,6 +262,11 @@ class BonPolicy:
             for (i, a), vs in zip(owners, verdicts, strict=True):
                 scores[i][a] = sum(v == "yes" for v in vs) / len(vs)
                 counts[i] += len(vs)
+        # the cost column: verification prompt tokens per planner call, as the verifier counted them
+        for (i, _), n in zip(
+            owners, getattr(self.verifier, "last_prompt_tokens", None) or [0] * len(owners), strict=True
+        ):
+            self._prompt_tokens[i] += n
         if self.cfg.prior_weight:
             scores = [with_prior(s, cands, self.cfg.prior_weight) for s, cands in zip(scores, cand_sets, strict=True)]
         return scores, counts
